@@ -1,0 +1,27 @@
+# Locates LibTorch inside the pinned PyPI torch wheel that packaging/install-deps.sh installs
+# into a virtual environment outside the checkout, via torch.utils.cmake_prefix_path.
+set(FP4LAB_TORCH_VERSION 2.11.0)
+if(DEFINED ENV{FP4LAB_VENV})
+  set(_fp4lab_default_venv "$ENV{FP4LAB_VENV}")
+elseif(DEFINED ENV{XDG_CACHE_HOME})
+  set(_fp4lab_default_venv "$ENV{XDG_CACHE_HOME}/fp4lab/venv-torch-${FP4LAB_TORCH_VERSION}")
+else()
+  set(_fp4lab_default_venv "$ENV{HOME}/.cache/fp4lab/venv-torch-${FP4LAB_TORCH_VERSION}")
+endif()
+set(FP4LAB_PYTHON "${_fp4lab_default_venv}/bin/python" CACHE FILEPATH
+    "Python of the virtual environment that holds the torch wheel")
+
+if(NOT Torch_DIR)
+  if(NOT EXISTS "${FP4LAB_PYTHON}")
+    message(FATAL_ERROR "No torch virtual environment at ${FP4LAB_PYTHON}. "
+                        "Run packaging/install-deps.sh first (or pass -DFP4LAB_PYTHON=...).")
+  endif()
+  execute_process(COMMAND "${FP4LAB_PYTHON}" -c "import torch, torch.utils; print(torch.utils.cmake_prefix_path, end='')"
+                  OUTPUT_VARIABLE _fp4lab_torch_prefix RESULT_VARIABLE _fp4lab_rc)
+  if(NOT _fp4lab_rc EQUAL 0)
+    message(FATAL_ERROR "${FP4LAB_PYTHON} cannot import torch; rerun packaging/install-deps.sh")
+  endif()
+  list(APPEND CMAKE_PREFIX_PATH "${_fp4lab_torch_prefix}")
+endif()
+find_package(Torch REQUIRED)
+message(STATUS "LibTorch ${Torch_VERSION} from ${Torch_DIR}")

@@ -1,0 +1,126 @@
+// The FP4 kernel API: quantize, dequantize, fused fake-quant and error statistics for MXFP4
+// and NVFP4 over row-major fp32 matrices, blocks along the last dimension (columns).
+// Every backend (reference, generic, AVX2, AVX-512, CUDA) computes the same bits.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fp4_status {
+  FP4_OK = 0,
+  FP4_ERR_NULL_POINTER,  // a required buffer was NULL
+  FP4_ERR_MISALIGNED,    // a float buffer is not 4-byte aligned
+  FP4_ERR_SHAPE,         // negative sizes, or columns not a multiple of the block size
+  FP4_ERR_ARGUMENT,      // an option value out of range (format, tensor amax, ...)
+  FP4_ERR_UNAVAILABLE,   // the requested backend is not built or not supported by this CPU/GPU
+  FP4_ERR_CUDA,          // a CUDA call failed (fp4_last_error() has the runtime's message)
+} fp4_status;
+
+typedef enum fp4_format { FP4_FORMAT_MXFP4 = 0, FP4_FORMAT_NVFP4 = 1 } fp4_format;
+
+typedef enum fp4_scale_rule {
+  FP4_SCALE_RULE_CEIL = 0,   // smallest e with amax <= 6 * 2^e (ModelOpt, torchao, cuBLAS)
+  FP4_SCALE_RULE_FLOOR = 1,  // floor(log2(amax)) - 2 (OCP MX v1.0; clips (6, 8) * 2^e)
+} fp4_scale_rule;
+
+typedef enum fp4_rounding {
+  FP4_ROUNDING_NEAREST_EVEN = 0,
+  FP4_ROUNDING_STOCHASTIC = 1,  // Philox4x32-10 keyed by `seed`, counter = element index
+} fp4_rounding;
+
+typedef enum fp4_backend {
+  FP4_BACKEND_AUTO = 0,  // the fastest available CPU backend
+  FP4_BACKEND_REFERENCE = 1,
+  FP4_BACKEND_GENERIC = 2,
+  FP4_BACKEND_AVX2 = 3,
+  FP4_BACKEND_AVX512 = 4,
+} fp4_backend;
+
+typedef struct fp4_config {
+  fp4_format format;
+  fp4_scale_rule scale_rule;  // MXFP4 only
+  int nvfp4_2d_blocks;        // NVFP4 only: one scale per 16x16 tile (stored once per row)
+  fp4_rounding rounding;
+  uint64_t seed;         // stochastic rounding
+  uint64_t seed_offset;  // added to the element index (distinct streams per call)
+  int hadamard;          // apply the 16x16 random Hadamard transform before quantizing
+} fp4_config;
+
+// Whole-tensor error statistics of x against its fake-quantized x'. Sums are in double.
+typedef struct fp4_error_stats {
+  int64_t count;       // elements measured (finite inputs)
+  int64_t clipped;     // |x| beyond the largest representable value of its block
+  int64_t flushed;     // x != 0 but x' == 0
+  int64_t nonfinite;   // NaN or Inf inputs (excluded from the sums)
+  double sum_x2;       // sum x^2
+  double sum_err2;     // sum (x - x')^2
+  double sum_xq;       // sum x * x'
+  double sum_q2;       // sum x'^2
+  double max_abs_err;  // max |x - x'|
+} fp4_error_stats;
+
+// Derived metrics; NaN where undefined (e.g. SQNR of an all-zero tensor).
+double fp4_stats_mse(const fp4_error_stats* s);
+double fp4_stats_rel_l2(const fp4_error_stats* s);
+double fp4_stats_sqnr_db(const fp4_error_stats* s);
+double fp4_stats_cosine(const fp4_error_stats* s);
+double fp4_stats_clip_fraction(const fp4_error_stats* s);
+double fp4_stats_zero_fraction(const fp4_error_stats* s);
+// Combines partial statistics (e.g. of several tensors); `into` must be initialised.
+void fp4_stats_merge(fp4_error_stats* into, const fp4_error_stats* from);
+void fp4_stats_clear(fp4_error_stats* s);
+
+fp4_config fp4_default_config(fp4_format format);
+int fp4_block_size(fp4_format format);  // 32 or 16
+// Buffer sizes for a rows x cols tensor (cols must be a multiple of the block size).
+int64_t fp4_packed_bytes(int64_t rows, int64_t cols);                    // rows * cols / 2
+int64_t fp4_scale_count(fp4_format format, int64_t rows, int64_t cols);  // rows * cols / block
+
+// Max |x| over the finite elements (NaN and Inf are skipped); 0 for an empty tensor.
+float fp4_tensor_amax(const float* x, int64_t count);
+// NVFP4 global scale s2 = amax / 2688, or 1 when amax == 0 (ModelOpt's weight_scale_2).
+float fp4_nvfp4_global_scale(float tensor_amax);
+
+// Quantize x (rows x cols) to packed codes (rows*cols/2 bytes) and scale bytes
+// (rows*cols/block: E8M0 for MXFP4, E4M3 for NVFP4). NVFP4: `tensor_amax` < 0 means "measure
+// it from x"; the global scale used is written to *global_scale (ignored for MXFP4, may be NULL).
+fp4_status fp4_quantize(const fp4_config* cfg, const float* x, int64_t rows, int64_t cols,
+                        float tensor_amax, uint8_t* codes, uint8_t* scales, float* global_scale);
+
+// Decode codes and scales back to fp32. `global_scale` is ignored for MXFP4.
+fp4_status fp4_dequantize(const fp4_config* cfg, const uint8_t* codes, const uint8_t* scales,
+                          float global_scale, int64_t rows, int64_t cols, float* y);
+
+// Fused quantize-dequantize: y is bit-identical to fp4_dequantize(fp4_quantize(x)). Any of
+// y, stats, block_sq_err (rows*cols/block), block_amax (same) may be NULL; with y NULL this
+// only measures. With cfg->hadamard, x is rotated first and y and the statistics are in the
+// rotated basis. y may alias x.
+fp4_status fp4_fake_quantize(const fp4_config* cfg, const float* x, int64_t rows, int64_t cols,
+                             float tensor_amax, float* y, fp4_error_stats* stats,
+                             float* block_sq_err, float* block_amax);
+
+// y = (H/4) diag(d) x per tile of 16 along each row (inverse: diag(d) (H/4) y). cols % 16 == 0.
+fp4_status fp4_hadamard16(const float* x, int64_t rows, int64_t cols, int inverse, float* y);
+
+// Backend selection. The environment variable FP4LAB_KERNELS=reference|generic|avx2|avx512
+// sets the initial choice; fp4_set_backend overrides it (FP4_BACKEND_REFERENCE forces the
+// reference path for debugging and tests).
+fp4_status fp4_set_backend(fp4_backend backend);
+fp4_backend fp4_get_backend(void);  // the backend calls use now (AUTO resolved)
+int fp4_backend_available(fp4_backend backend);
+const char* fp4_backend_name(fp4_backend backend);
+// Worker threads for large tensors (0 = all hardware threads). Results do not depend on it.
+void fp4_set_num_threads(int threads);
+int fp4_get_num_threads(void);
+
+const char* fp4_status_string(fp4_status status);
+// Thread-local description of the last failure: what, where, and what to do.
+const char* fp4_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif

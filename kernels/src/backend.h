@@ -1,0 +1,44 @@
+// The interface every CPU backend implements: row-range kernels over one validated job. The
+// front end (dispatch.cpp) validates arguments, measures the tensor amax, splits rows into
+// fixed chunks (independent of the thread count, so results are too) and merges statistics.
+#pragma once
+
+#include "fp4lab/kernels/fp4.h"
+#include "fp4lab/kernels/formats.h"
+
+namespace fp4lab::kernels {
+
+struct Job {
+  fp4_config cfg;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int block = 0;             // 32 (MXFP4) or 16 (NVFP4)
+  float globalScale = 1.0f;  // NVFP4 s2
+  const float* x = nullptr;
+  float* y = nullptr;
+  const uint8_t* codesIn = nullptr;
+  const uint8_t* scalesIn = nullptr;
+  uint8_t* codes = nullptr;
+  uint8_t* scales = nullptr;
+  float* blockSqErr = nullptr;
+  float* blockAmax = nullptr;
+};
+
+// Row ranges handed to a backend are multiples of 16 rows (except the tensor's last chunk),
+// so NVFP4 16x16 tiles never straddle two calls.
+struct BackendOps {
+  const char* name;
+  void (*quantize)(const Job& job, int64_t row0, int64_t row1);
+  void (*dequantize)(const Job& job, int64_t row0, int64_t row1);
+  void (*fakeQuantize)(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* partial);
+  // Max |.| over finite values of rows [row0, row1), after the Hadamard rotation if asked.
+  float (*amax)(const Job& job, int64_t row0, int64_t row1, bool hadamard);
+  void (*hadamard)(const float* x, float* y, int64_t count, bool inverse);  // count % 16 == 0
+};
+
+const BackendOps& referenceBackend();
+const BackendOps& genericBackend();
+const BackendOps* avx2Backend();    // nullptr when not compiled in
+const BackendOps* avx512Backend();  // nullptr when not compiled in
+
+}  // namespace fp4lab::kernels

@@ -1,0 +1,383 @@
+// The vectorized CPU kernels, written once with GCC vector extensions (16 fp32 lanes) and
+// compiled three times: generic (baseline x86-64), AVX2 and AVX-512 (cpu_*.cpp set the ISA
+// flags and FP4LAB_SIMD_NS). Rare blocks (NaN/Inf, zero NVFP4 scale) and stochastic rounding
+// take the scalar block path, built on the same formats.h codecs. Must match ref.cpp bit for bit.
+#include <cstring>
+#include <vector>
+
+#include "backend.h"
+
+namespace fp4lab::kernels::FP4LAB_SIMD_NS {
+namespace {
+
+typedef float V __attribute__((vector_size(64)));
+typedef int32_t VI __attribute__((vector_size(64)));
+typedef uint32_t VU __attribute__((vector_size(64)));
+typedef uint32_t VU8 __attribute__((vector_size(32)));
+typedef uint32_t VU4 __attribute__((vector_size(16)));
+typedef int32_t VI8 __attribute__((vector_size(32)));
+typedef uint8_t VB8 __attribute__((vector_size(8)));
+
+constexpr int kLanes = 16;
+
+inline V load(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline V splat(float f) {
+  return V{} + f;
+}
+inline VU splatU(uint32_t u) {
+  return VU{} + u;
+}
+inline VU maxU(VU a, VU b) {
+  return a > b ? a : b;
+}
+inline V maxV(V a, V b) {
+  return a > b ? a : b;
+}
+
+inline uint32_t hmaxU(VU v) {
+  VU8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+  VU8 b = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  VU8 m8 = a > b ? a : b;
+  VU4 c = __builtin_shufflevector(m8, m8, 0, 1, 2, 3);
+  VU4 d = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
+  VU4 m4 = c > d ? c : d;
+  uint32_t r = m4[0];
+  for (int i = 1; i < 4; ++i) r = m4[i] > r ? m4[i] : r;
+  return r;
+}
+
+// ---- Hadamard: each output lane sums its 16 terms in order j = 0..15, like ref.cpp --------
+
+struct HadamardCoefficients {
+  V forward[16];  // lane i: H(i, j) * d(j)
+  V inverse[16];  // lane i: H(i, j)
+  V sign;         // lane i: d(i)
+  HadamardCoefficients() {
+    for (int j = 0; j < 16; ++j)
+      for (int i = 0; i < 16; ++i) {
+        forward[j][i] = hadamardEntry(i, j) * hadamardSign(j);
+        inverse[j][i] = hadamardEntry(i, j);
+      }
+    for (int i = 0; i < 16; ++i) sign[i] = hadamardSign(i);
+  }
+};
+const HadamardCoefficients& hadamardCoefficients() {
+  static const HadamardCoefficients c;
+  return c;
+}
+
+inline void hadamardTile(const float* x, float* y, bool inverse) {
+  const HadamardCoefficients& h = hadamardCoefficients();
+  const V* coef = inverse ? h.inverse : h.forward;
+  V acc = V{};
+  for (int j = 0; j < 16; ++j) acc += coef[j] * x[j];
+  acc = acc * 0.25f;
+  if (inverse) acc = acc * h.sign;
+  store(y, acc);
+}
+
+void hadamard(const float* x, float* y, int64_t count, bool inverse) {
+  for (int64_t t = 0; t < count; t += 16) hadamardTile(x + t, y + t, inverse);
+}
+
+// ---- Scales ------------------------------------------------------------------------------
+
+struct BlockScale {
+  uint8_t byte = 0;
+  float decoded = 0.0f;     // 2^e, or float(E4M3) * s2
+  float multiplier = 0.0f;  // MXFP4: 2^-e (exactly the same rounding as dividing by 2^e)
+  bool finite = true;
+};
+
+inline BlockScale scaleFor(const Job& job, uint32_t amaxBits) {
+  BlockScale s;
+  if (amaxBits >= 0x7F800000u) {
+    s.finite = false;
+    s.byte = job.cfg.format == FP4_FORMAT_MXFP4 ? kE8M0NaN : kE4M3NaN;
+    s.decoded = bitsToFloat(0x7FC00000u);
+    return s;
+  }
+  float amax = bitsToFloat(amaxBits);
+  if (job.cfg.format == FP4_FORMAT_MXFP4) {
+    int e = mxfp4SharedExponent(
+        amax, job.cfg.scale_rule == FP4_SCALE_RULE_FLOOR ? ScaleRule::Floor : ScaleRule::Ceil);
+    s.byte = uint8_t(e + kE8M0Bias);
+    s.decoded = exp2Exact(e);
+    s.multiplier = exp2Exact(-e);
+  } else {
+    s.byte = e4m3EncodeScale(amax / (6.0f * job.globalScale));
+    s.decoded = e4m3Decode(s.byte) * job.globalScale;
+  }
+  return s;
+}
+
+// ---- Statistics, accumulated in double lanes (fp32 squares overflow beyond 1e19) --------
+
+typedef double VD __attribute__((vector_size(64)));
+typedef float V8 __attribute__((vector_size(32)));
+
+inline VD lowHalf(V v) {
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), VD);
+}
+inline VD highHalf(V v) {
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), VD);
+}
+inline double hsumD(VD v) {
+  double s = 0.0;
+  for (int i = 0; i < 8; ++i) s += v[i];
+  return s;
+}
+inline VD absD(VD v) {
+  return v < 0.0 ? -v : v;
+}
+
+struct StatsAccumulator {
+  VD x2{}, e2{}, xq{}, q2{}, maxErr{};
+  VI clipped{}, flushed{};
+  fp4_error_stats* out;
+  explicit StatsAccumulator(fp4_error_stats* o) : out(o) {}
+  // Adds 16 elements; returns their summed squared error.
+  double add(V x, V q, V a, float clipLimit) {
+    VD xl = lowHalf(x), xh = highHalf(x), ql = lowHalf(q), qh = highHalf(q);
+    VD el = xl - ql, eh = xh - qh;  // exact in double
+    VD errSq = el * el + eh * eh;
+    x2 += xl * xl + xh * xh;
+    e2 += errSq;
+    xq += xl * ql + xh * qh;
+    q2 += ql * ql + qh * qh;
+    VD absErr = absD(el), absErrHigh = absD(eh);
+    maxErr = maxErr > absErr ? maxErr : absErr;
+    maxErr = maxErr > absErrHigh ? maxErr : absErrHigh;
+    if (clipLimit > 0.0f) clipped -= (a > clipLimit);
+    flushed -= (a != 0.0f) & (q == 0.0f);
+    out->count += kLanes;
+    return hsumD(errSq);
+  }
+  void flush() {
+    out->sum_x2 += hsumD(x2);
+    out->sum_err2 += hsumD(e2);
+    out->sum_xq += hsumD(xq);
+    out->sum_q2 += hsumD(q2);
+    for (int i = 0; i < 8; ++i)
+      if (maxErr[i] > out->max_abs_err) out->max_abs_err = maxErr[i];
+    for (int i = 0; i < kLanes; ++i) {
+      out->clipped += clipped[i];
+      out->flushed += flushed[i];
+    }
+  }
+};
+
+// ---- The scalar block path (NaN/Inf blocks, zero NVFP4 scales, stochastic rounding) -------
+
+uint8_t scalarCode(const Job& job, float scaled, int64_t r, int64_t c) {
+  if (job.cfg.rounding == FP4_ROUNDING_STOCHASTIC) {
+    uint64_t index = uint64_t(r) * uint64_t(job.cols) + uint64_t(c) + job.cfg.seed_offset;
+    return e2m1EncodeStochastic(scaled, stochasticUniform(job.cfg.seed, index));
+  }
+  return e2m1Encode(scaled);
+}
+
+// Codes of one block (vals: its possibly rotated inputs). Writes codes[] (one per element).
+void scalarBlockCodes(const Job& job, const BlockScale& s, const float* vals, int64_t r, int64_t c0,
+                      uint8_t* codes) {
+  bool zero = !s.finite || s.decoded == 0.0f;
+  for (int i = 0; i < job.block; ++i)
+    codes[i] = zero ? 0 : scalarCode(job, vals[i] / s.decoded, r, c0 + i);
+}
+
+// ---- Vector element path ----------------------------------------------------------------
+
+struct Encoded {
+  VU codes;  // sign << 3 | index
+  V q;       // dequantized value
+};
+
+inline Encoded encode(const Job& job, const BlockScale& s, V x) {
+  VU bits = (VU)x;
+  V a = (V)(bits & 0x7FFFFFFFu);
+  V scaled = job.cfg.format == FP4_FORMAT_MXFP4 ? a * s.multiplier : a / s.decoded;
+  VI index = -((scaled > 0.25f) + (scaled >= 0.75f) + (scaled > 1.25f) + (scaled >= 1.75f) +
+               (scaled > 2.5f) + (scaled >= 3.5f) + (scaled > 5.0f));
+  VU idx = (VU)index;
+  VU sign = bits & 0x80000000u;
+  // E2M1 magnitude bits: index >= 2 is 2^(e-1) (1 + m/2) = ((index + 252) << 22); 1 is 0.5.
+  VU magnitude = idx >= 2u ? (idx + 252u) << 22 : (idx == 1u ? splatU(0x3F000000u) : VU{});
+  Encoded e;
+  e.codes = (sign >> 28) | idx;
+  e.q = (V)(magnitude | sign) * s.decoded;
+  return e;
+}
+
+inline void packCodes(VU codes, uint8_t* dst) {
+  VU8 even = __builtin_shufflevector(codes, codes, 0, 2, 4, 6, 8, 10, 12, 14);
+  VU8 odd = __builtin_shufflevector(codes, codes, 1, 3, 5, 7, 9, 11, 13, 15);
+  VB8 bytes = __builtin_convertvector(even | (odd << 4), VB8);
+  std::memcpy(dst, &bytes, 8);
+}
+
+inline void packScalarCodes(const uint8_t* codes, int n, uint8_t* dst) {
+  for (int i = 0; i < n; i += 2) dst[i / 2] = uint8_t(codes[i] | codes[i + 1] << 4);
+}
+
+inline uint32_t absBitsMax(const float* vals, int n) {
+  VU m{};
+  for (int i = 0; i < n; i += kLanes) m = maxU(m, (VU)load(vals + i) & 0x7FFFFFFFu);
+  return hmaxU(m);
+}
+
+// Inputs of block b of row r as the quantizer sees them: the row itself, or rotated into buf.
+inline const float* blockInputs(const Job& job, int64_t r, int64_t b, float* buf) {
+  const float* p = job.x + r * job.cols + b * job.block;
+  if (!job.cfg.hadamard) return p;
+  for (int t = 0; t < job.block; t += 16) hadamardTile(p + t, buf + t, false);
+  return buf;
+}
+
+// NVFP4 16x16 tiles: the amax (as bits, NaN/Inf >= 0x7F800000) of each column block over rows
+// [r, rEnd).
+void tileAmaxBits(const Job& job, int64_t r, int64_t rEnd, std::vector<uint32_t>& tile) {
+  int64_t blocks = job.cols / job.block;
+  tile.assign(size_t(blocks), 0u);
+  alignas(64) float buf[32];
+  for (int64_t rr = r; rr < rEnd; ++rr)
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint32_t m = absBitsMax(blockInputs(job, rr, b, buf), job.block);
+      if (m > tile[size_t(b)]) tile[size_t(b)] = m;
+    }
+}
+
+enum class Mode { Quantize, FakeQuantize };
+
+template <Mode M>
+void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* stats) {
+  const int block = job.block;
+  const int64_t blocks = job.cols / block;
+  const bool tiles = job.cfg.nvfp4_2d_blocks != 0;
+  const bool stochastic = job.cfg.rounding == FP4_ROUNDING_STOCHASTIC;
+  std::vector<uint32_t> tile;
+  StatsAccumulator acc(stats);
+  alignas(64) float buf[32];
+  uint8_t codes[32];
+  for (int64_t r = row0; r < row1; ++r) {
+    if (tiles && (r - row0) % 16 == 0) tileAmaxBits(job, r, std::min(r + 16, row1), tile);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* vals = blockInputs(job, r, b, buf);
+      uint32_t amaxBits = tiles ? tile[size_t(b)] : absBitsMax(vals, block);
+      BlockScale s = scaleFor(job, amaxBits);
+      int64_t bi = r * blocks + b;
+      int64_t c0 = b * block;
+      if (M == Mode::Quantize) job.scales[bi] = s.byte;
+      bool vectorPath = s.finite && s.decoded != 0.0f && !stochastic;
+      if (M == Mode::Quantize) {
+        uint8_t* dst = job.codes + (r * job.cols + c0) / 2;
+        if (vectorPath) {
+          for (int i = 0; i < block; i += kLanes)
+            packCodes(encode(job, s, load(vals + i)).codes, dst + i / 2);
+        } else {
+          scalarBlockCodes(job, s, vals, r, c0, codes);
+          packScalarCodes(codes, block, dst);
+        }
+        continue;
+      }
+      // Fake quantization (+ statistics).
+      float* y = job.y ? job.y + r * job.cols + c0 : nullptr;
+      float clipLimit = s.decoded > 0.0f ? 6.0f * s.decoded : 0.0f;
+      double blockErr = 0.0;
+      if (vectorPath) {
+        for (int i = 0; i < block; i += kLanes) {
+          V x = load(vals + i);
+          Encoded e = encode(job, s, x);
+          if (y) store(y + i, e.q);
+          V a = (V)((VU)x & 0x7FFFFFFFu);
+          blockErr += acc.add(x, e.q, a, clipLimit);
+        }
+      } else {
+        scalarBlockCodes(job, s, vals, r, c0, codes);
+        alignas(64) float q[32];
+        for (int i = 0; i < block; ++i) q[i] = e2m1Decode(codes[i]) * s.decoded;
+        if (y) std::memcpy(y, q, sizeof(float) * size_t(block));
+        if (!s.finite) {
+          for (int i = 0; i < block; ++i) stats->nonfinite += !isFiniteFloat(vals[i]);
+        } else {
+          for (int i = 0; i < block; i += kLanes) {
+            V x = load(vals + i);
+            V qv = load(q + i);
+            blockErr += acc.add(x, qv, (V)((VU)x & 0x7FFFFFFFu), clipLimit);
+          }
+        }
+      }
+      if (job.blockSqErr)
+        job.blockSqErr[bi] = s.finite ? float(blockErr) : bitsToFloat(0x7FC00000u);
+      if (job.blockAmax)
+        job.blockAmax[bi] = s.finite ? bitsToFloat(amaxBits) : bitsToFloat(0x7FC00000u);
+    }
+  }
+  if (M == Mode::FakeQuantize) acc.flush();
+}
+
+void quantize(const Job& job, int64_t row0, int64_t row1) {
+  processRows<Mode::Quantize>(job, row0, row1, nullptr);
+}
+
+void fakeQuantize(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* stats) {
+  processRows<Mode::FakeQuantize>(job, row0, row1, stats);
+}
+
+void dequantize(const Job& job, int64_t row0, int64_t row1) {
+  const int block = job.block;
+  const int64_t blocks = job.cols / block;
+  for (int64_t r = row0; r < row1; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t byte = job.scalesIn[r * blocks + b];
+      float scale = job.cfg.format == FP4_FORMAT_MXFP4 ? e8m0Decode(byte)
+                                                       : e4m3Decode(byte) * job.globalScale;
+      int64_t flat = r * job.cols + b * block;
+      for (int i = 0; i < block; i += kLanes) {
+        VB8 packed;
+        std::memcpy(&packed, job.codesIn + (flat + i) / 2, 8);
+        VU8 wide = __builtin_convertvector(packed, VU8);
+        VU8 lo = wide & 15u, hi = wide >> 4;
+        VU code =
+            __builtin_shufflevector(lo, hi, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+        VU idx = code & 7u;
+        VU magnitude = idx >= 2u ? (idx + 252u) << 22 : (idx == 1u ? splatU(0x3F000000u) : VU{});
+        V q = (V)(magnitude | (code & 8u) << 28) * scale;
+        store(job.y + flat + i, q);
+      }
+    }
+  }
+}
+
+float amax(const Job& job, int64_t row0, int64_t row1, bool rotate) {
+  VU m{};
+  alignas(64) float buf[16];
+  for (int64_t r = row0; r < row1; ++r) {
+    const float* row = job.x + r * job.cols;
+    for (int64_t c = 0; c < job.cols; c += kLanes) {
+      const float* p = row + c;
+      if (rotate) {
+        hadamardTile(p, buf, false);
+        p = buf;
+      }
+      VU bits = (VU)load(p) & 0x7FFFFFFFu;
+      m = maxU(m, bits < 0x7F800000u ? bits : VU{});  // NaN and Inf do not count
+    }
+  }
+  return bitsToFloat(hmaxU(m));
+}
+
+}  // namespace
+
+const BackendOps& ops() {
+  static const BackendOps o{FP4LAB_SIMD_NAME, quantize, dequantize, fakeQuantize, amax, hadamard};
+  return o;
+}
+
+}  // namespace fp4lab::kernels::FP4LAB_SIMD_NS

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs everything fp4lab needs on Debian 12: the Debian packages, and LibTorch as the
+# pinned PyPI `torch` wheel in a virtual environment outside the checkout (named by the
+# pinned version, so clean clones and CI reuse it). Idempotent; quick when all is present.
+# Prints the virtual environment's path on its last line.
+set -euo pipefail
+
+TORCH_VERSION=2.11.0
+VENV="${FP4LAB_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fp4lab/venv-torch-${TORCH_VERSION}}"
+
+DEBIAN_PACKAGES=(
+  build-essential cmake ninja-build ccache git pkg-config file
+  python3 python3-venv python3-dev
+  qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev libxkbcommon-dev
+  libhdf5-dev catch2 nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libbenchmark-dev
+  xvfb xauth clang-format
+)
+
+log() { printf '[install-deps] %s\n' "$*" >&2; }
+
+missing=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q >&2
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+have_torch() {
+  [ -x "$VENV/bin/python" ] &&
+    "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='${TORCH_VERSION}' else 1)" 2>/dev/null
+}
+if ! have_torch; then
+  # A half-finished install (interrupted pip) fails the import above and is redone from scratch.
+  log "creating $VENV with torch==${TORCH_VERSION} (about 5 GB, once)"
+  rm -rf "$VENV"
+  mkdir -p "$(dirname "$VENV")"
+  /usr/bin/python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir "torch==${TORCH_VERSION}" >&2
+  have_torch || { log "torch ${TORCH_VERSION} does not import from $VENV"; exit 1; }
+fi
+echo "$VENV"

@@ -1,0 +1,225 @@
+// Every optimized CPU backend against the scalar reference, bit for bit, on fresh random data of
+// several distributions and magnitudes, at odd shapes: >10 M values per format by default.
+#include <catch2/catch.hpp>
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "kernel_fixtures.h"
+
+using namespace fp4test;
+
+namespace {
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+std::vector<fp4_backend> optimizedBackends() {
+  std::vector<fp4_backend> out;
+  for (fp4_backend b : {FP4_BACKEND_GENERIC, FP4_BACKEND_AVX2, FP4_BACKEND_AVX512})
+    if (fp4_backend_available(b)) out.push_back(b);
+  return out;
+}
+
+std::string describe(const fp4_config& cfg, Distribution d, Shape s, const char* backend) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s %s%s%s%s, %s, %" PRId64 "x%" PRId64 ", backend %s",
+                cfg.format == FP4_FORMAT_MXFP4 ? "MXFP4" : "NVFP4",
+                cfg.scale_rule == FP4_SCALE_RULE_FLOOR ? "floor" : "ceil",
+                cfg.nvfp4_2d_blocks ? " 2-D" : "", cfg.hadamard ? " hadamard" : "",
+                cfg.rounding == FP4_ROUNDING_STOCHASTIC ? " stochastic" : "", name(d), s.rows,
+                s.cols, backend);
+  return buf;
+}
+
+// Compares every output of `got` with the reference's; returns the number of values compared.
+int64_t compare(const Outputs& ref, const Outputs& got, const std::string& what) {
+  INFO(what);
+  REQUIRE(ref.quantizeStatus == FP4_OK);
+  REQUIRE(got.quantizeStatus == FP4_OK);
+  REQUIRE(got.fakeStatus == FP4_OK);
+  REQUIRE(got.dequantStatus == FP4_OK);
+  CHECK(got.codes == ref.codes);
+  CHECK(got.scales == ref.scales);
+  CHECK(std::memcmp(&got.globalScale, &ref.globalScale, 4) == 0);
+  int64_t diff = firstDifference(got.fake, ref.fake);
+  INFO("first fake-quant difference at element " << diff);
+  CHECK(diff == -1);
+  CHECK(sameBits(got.dequant, ref.dequant));
+  // The invariant QAT depends on: fake quantization == dequantize(quantize(x)).
+  CHECK(sameBits(got.fake, got.dequant));
+  CHECK(sameBits(got.blockAmax, ref.blockAmax));
+  for (size_t i = 0; i < ref.blockSqErr.size(); ++i) {
+    if (!close(got.blockSqErr[i], ref.blockSqErr[i], 2e-5)) {
+      FAIL_CHECK("block " << i << " squared error " << got.blockSqErr[i] << " vs reference "
+                          << ref.blockSqErr[i]);
+      break;
+    }
+  }
+  const fp4_error_stats &a = got.stats, &b = ref.stats;
+  CHECK(a.count == b.count);
+  CHECK(a.clipped == b.clipped);
+  CHECK(a.flushed == b.flushed);
+  CHECK(a.nonfinite == b.nonfinite);
+  CHECK(close(a.sum_x2, b.sum_x2, 1e-5));
+  CHECK(close(a.sum_err2, b.sum_err2, 1e-5));
+  CHECK(close(a.sum_xq, b.sum_xq, 1e-5));
+  CHECK(close(a.sum_q2, b.sum_q2, 1e-5));
+  CHECK(close(a.max_abs_err, b.max_abs_err, 1e-6));
+  return int64_t(ref.fake.size());
+}
+
+// Runs one config over distributions x shapes on every backend; returns values compared.
+int64_t sweep(const fp4_config& cfg, const std::vector<Distribution>& dists,
+              const std::vector<Shape>& shapes, uint64_t seed, float tensorAmaxFactor = -1.0f) {
+  int64_t compared = 0;
+  for (Distribution d : dists) {
+    for (Shape s : shapes) {
+      std::vector<float> x = makeData(d, s.rows, s.cols, seed++);
+      float amax = -1.0f;
+      if (tensorAmaxFactor > 0)
+        amax = fp4_tensor_amax(x.data(), int64_t(x.size())) * tensorAmaxFactor;
+      Outputs ref;
+      {
+        BackendScope scope(FP4_BACKEND_REFERENCE);
+        ref = runAll(cfg, x, s.rows, s.cols, amax);
+      }
+      for (fp4_backend b : optimizedBackends()) {
+        BackendScope scope(b);
+        compared += compare(ref, runAll(cfg, x, s.rows, s.cols, amax),
+                            describe(cfg, d, s, fp4_backend_name(b)));
+      }
+    }
+  }
+  return compared;
+}
+
+const std::vector<Distribution> kAllDistributions = {
+    Distribution::Normal,   Distribution::HeavyTailed, Distribution::BlockScaled,
+    Distribution::Outliers, Distribution::Sparse,      Distribution::Denormal};
+
+// About 1.9 M values per distribution: odd row counts, wide and narrow rows.
+const std::vector<Shape> kMainShapes = {{1, 4096},   {3, 2048},   {17, 1024}, {33, 512},
+                                        {255, 4096}, {1023, 768}, {4097, 32}};
+
+}  // namespace
+
+TEST_CASE("Optimized backends equal the reference bit for bit: MXFP4, >10M values",
+          "[backends][mxfp4]") {
+  REQUIRE_FALSE(optimizedBackends().empty());
+  fp4_config cfg = fp4_default_config(FP4_FORMAT_MXFP4);
+  int64_t compared = sweep(cfg, kAllDistributions, kMainShapes, 100);
+  // Each backend saw every value; count distinct values once.
+  CHECK(compared / int64_t(optimizedBackends().size()) >= 10'000'000);
+}
+
+TEST_CASE("Optimized backends equal the reference bit for bit: NVFP4, >10M values",
+          "[backends][nvfp4]") {
+  fp4_config cfg = fp4_default_config(FP4_FORMAT_NVFP4);
+  int64_t compared = sweep(cfg, kAllDistributions, kMainShapes, 200);
+  CHECK(compared / int64_t(optimizedBackends().size()) >= 10'000'000);
+}
+
+TEST_CASE("Optimized backends equal the reference: options", "[backends][options]") {
+  const std::vector<Shape> shapes = {{1, 64}, {5, 160}, {31, 512}, {129, 1024}};
+  const std::vector<Distribution> dists = {Distribution::Normal, Distribution::BlockScaled,
+                                           Distribution::Outliers};
+  SECTION("MXFP4 floor scale rule") {
+    fp4_config cfg = fp4_default_config(FP4_FORMAT_MXFP4);
+    cfg.scale_rule = FP4_SCALE_RULE_FLOOR;
+    sweep(cfg, dists, shapes, 300);
+  }
+  SECTION("NVFP4 16x16 2-D blocks") {
+    fp4_config cfg = fp4_default_config(FP4_FORMAT_NVFP4);
+    cfg.nvfp4_2d_blocks = 1;
+    sweep(cfg, dists, shapes, 400);
+  }
+  SECTION("NVFP4 with a calibrated tensor amax below the data's (clipping)") {
+    fp4_config cfg = fp4_default_config(FP4_FORMAT_NVFP4);
+    sweep(cfg, dists, shapes, 500, 0.3f);
+  }
+  SECTION("Hadamard, both formats") {
+    for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+      fp4_config cfg = fp4_default_config(f);
+      cfg.hadamard = 1;
+      sweep(cfg, dists, shapes, 600);
+    }
+  }
+  SECTION("Stochastic rounding, both formats, with a seed offset") {
+    for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+      fp4_config cfg = fp4_default_config(f);
+      cfg.rounding = FP4_ROUNDING_STOCHASTIC;
+      cfg.seed = 0x1234567890ULL;
+      cfg.seed_offset = 77;
+      sweep(cfg, dists, shapes, 700);
+    }
+  }
+  SECTION("NaN and Inf inside blocks") {
+    for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+      for (int twoD = 0; twoD < (f == FP4_FORMAT_NVFP4 ? 2 : 1); ++twoD) {
+        fp4_config cfg = fp4_default_config(f);
+        cfg.nvfp4_2d_blocks = twoD;
+        std::vector<float> x = makeData(Distribution::Normal, 37, 256, 800);
+        std::mt19937 rng(5);
+        for (int i = 0; i < 40; ++i) {
+          float bad = i % 3 == 0 ? NAN : (i % 3 == 1 ? INFINITY : -INFINITY);
+          x[rng() % x.size()] = bad;
+        }
+        Outputs ref;
+        {
+          BackendScope scope(FP4_BACKEND_REFERENCE);
+          ref = runAll(cfg, x, 37, 256);
+        }
+        CHECK(ref.stats.nonfinite == 40);
+        for (fp4_backend b : optimizedBackends()) {
+          BackendScope scope(b);
+          compare(ref, runAll(cfg, x, 37, 256), std::string("non-finite, ") + fp4_backend_name(b));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Hadamard transform: optimized equals reference, inverse restores the input",
+          "[backends][hadamard]") {
+  std::vector<float> x = makeData(Distribution::HeavyTailed, 19, 256, 900);
+  std::vector<float> ref(x.size()), back(x.size());
+  {
+    BackendScope scope(FP4_BACKEND_REFERENCE);
+    REQUIRE(fp4_hadamard16(x.data(), 19, 256, 0, ref.data()) == FP4_OK);
+    REQUIRE(fp4_hadamard16(ref.data(), 19, 256, 1, back.data()) == FP4_OK);
+  }
+  double norm = 0, normRotated = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    REQUIRE(std::fabs(back[i] - x[i]) <= 1e-5 * std::max(1.0f, std::fabs(x[i])));
+    norm += double(x[i]) * x[i];
+    normRotated += double(ref[i]) * ref[i];
+  }
+  CHECK(close(norm, normRotated, 1e-5));  // orthonormal
+  for (fp4_backend b : optimizedBackends()) {
+    BackendScope scope(b);
+    std::vector<float> got(x.size()), gotBack(x.size());
+    REQUIRE(fp4_hadamard16(x.data(), 19, 256, 0, got.data()) == FP4_OK);
+    REQUIRE(fp4_hadamard16(got.data(), 19, 256, 1, gotBack.data()) == FP4_OK);
+    CHECK(sameBits(got, ref));
+    CHECK(sameBits(gotBack, back));
+  }
+}
+
+TEST_CASE("Results do not depend on the thread count", "[backends][threads]") {
+  std::vector<float> x = makeData(Distribution::HeavyTailed, 1000, 2048, 1000);
+  for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+    fp4_config cfg = fp4_default_config(f);
+    int before = fp4_get_num_threads();
+    fp4_set_num_threads(1);
+    Outputs one = runAll(cfg, x, 1000, 2048);
+    fp4_set_num_threads(4);
+    Outputs four = runAll(cfg, x, 1000, 2048);
+    fp4_set_num_threads(before);
+    CHECK(sameBits(one.fake, four.fake));
+    CHECK(one.codes == four.codes);
+    CHECK(one.stats.sum_err2 == four.stats.sum_err2);  // exact: fixed chunking, fixed merge order
+    CHECK(one.stats.sum_x2 == four.stats.sum_x2);
+  }
+}
