@@ -30,6 +30,7 @@ struct BackendOps {
   const char* name;
   void (*quantize)(const Job& job, int64_t row0, int64_t row1);
   void (*dequantize)(const Job& job, int64_t row0, int64_t row1);
+  // `partial` is null when the caller wants no statistics.
   void (*fakeQuantize)(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* partial);
   // Max |.| over finite values of rows [row0, row1), after the Hadamard rotation if asked.
   float (*amax)(const Job& job, int64_t row0, int64_t row1, bool hadamard);

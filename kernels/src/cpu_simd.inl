@@ -96,28 +96,6 @@ struct BlockScale {
   bool finite = true;
 };
 
-inline BlockScale scaleFor(const Job& job, uint32_t amaxBits) {
-  BlockScale s;
-  if (amaxBits >= 0x7F800000u) {
-    s.finite = false;
-    s.byte = job.cfg.format == FP4_FORMAT_MXFP4 ? kE8M0NaN : kE4M3NaN;
-    s.decoded = bitsToFloat(0x7FC00000u);
-    return s;
-  }
-  float amax = bitsToFloat(amaxBits);
-  if (job.cfg.format == FP4_FORMAT_MXFP4) {
-    int e = mxfp4SharedExponent(
-        amax, job.cfg.scale_rule == FP4_SCALE_RULE_FLOOR ? ScaleRule::Floor : ScaleRule::Ceil);
-    s.byte = uint8_t(e + kE8M0Bias);
-    s.decoded = exp2Exact(e);
-    s.multiplier = exp2Exact(-e);
-  } else {
-    s.byte = e4m3EncodeScale(amax / (6.0f * job.globalScale));
-    s.decoded = e4m3Decode(s.byte) * job.globalScale;
-  }
-  return s;
-}
-
 // ---- Statistics, accumulated in double lanes (fp32 squares overflow beyond 1e19) --------
 
 typedef double VD __attribute__((vector_size(64)));
@@ -199,10 +177,11 @@ struct Encoded {
   V q;       // dequantized value
 };
 
-inline Encoded encode(const Job& job, const BlockScale& s, V x) {
+// mx: scaled = |x| * 2^-e (factor); NVFP4: scaled = |x| / decoded (factor == decoded).
+inline Encoded encode(bool mx, float factor, float decoded, V x) {
   VU bits = (VU)x;
   V a = (V)(bits & 0x7FFFFFFFu);
-  V scaled = job.cfg.format == FP4_FORMAT_MXFP4 ? a * s.multiplier : a / s.decoded;
+  V scaled = mx ? a * factor : a / factor;
   VI index = -((scaled > 0.25f) + (scaled >= 0.75f) + (scaled > 1.25f) + (scaled >= 1.75f) +
                (scaled > 2.5f) + (scaled >= 3.5f) + (scaled > 5.0f));
   VU idx = (VU)index;
@@ -211,7 +190,7 @@ inline Encoded encode(const Job& job, const BlockScale& s, V x) {
   VU magnitude = idx >= 2u ? (idx + 252u) << 22 : (idx == 1u ? splatU(0x3F000000u) : VU{});
   Encoded e;
   e.codes = (sign >> 28) | idx;
-  e.q = (V)(magnitude | sign) * s.decoded;
+  e.q = (V)(magnitude | sign) * decoded;
   return e;
 }
 
@@ -226,100 +205,214 @@ inline void packScalarCodes(const uint8_t* codes, int n, uint8_t* dst) {
   for (int i = 0; i < n; i += 2) dst[i / 2] = uint8_t(codes[i] | codes[i + 1] << 4);
 }
 
-inline uint32_t absBitsMax(const float* vals, int n) {
-  VU m{};
-  for (int i = 0; i < n; i += kLanes) m = maxU(m, (VU)load(vals + i) & 0x7FFFFFFFu);
-  return hmaxU(m);
+// ---- Groups of 16 blocks: amax, scale bytes and scale values computed 16 lanes at a time ----
+
+// Lane i of the result is the max over the 16 lanes of m[i] (a transposing reduction).
+inline VU reduceMax16(const VU* m) {
+  VU r1[8], r2[4], r3[2];
+  for (int k = 0; k < 8; ++k) {
+    VU a = m[2 * k], b = m[2 * k + 1];
+    r1[k] =
+        maxU(__builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+             __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30,
+                                     31));
+  }
+  for (int k = 0; k < 4; ++k) {
+    VU a = r1[2 * k], b = r1[2 * k + 1];
+    r2[k] = maxU(
+        __builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27),
+        __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31));
+  }
+  for (int k = 0; k < 2; ++k) {
+    VU a = r2[2 * k], b = r2[2 * k + 1];
+    r3[k] = maxU(
+        __builtin_shufflevector(a, b, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29),
+        __builtin_shufflevector(a, b, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31));
+  }
+  VU a = r3[0], b = r3[1];
+  return maxU(
+      __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+      __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31));
 }
 
-// Inputs of block b of row r as the quantizer sees them: the row itself, or rotated into buf.
-inline const float* blockInputs(const Job& job, int64_t r, int64_t b, float* buf) {
-  const float* p = job.x + r * job.cols + b * job.block;
-  if (!job.cfg.hadamard) return p;
-  for (int t = 0; t < job.block; t += 16) hadamardTile(p + t, buf + t, false);
-  return buf;
+// E4M3 scale encoding of 16 values >= 0, as e4m3EncodeScale (non-finite lanes are replaced later).
+inline VI e4m3EncodeScales(V v) {
+  VU bits = (VU)v;
+  VI normal = (VI)((bits + 0x7FFFFu + ((bits >> 20) & 1u)) >> 20) - ((127 - 7) << 3);
+  normal = normal > kE4M3MaxCode ? VI{} + kE4M3MaxCode : normal;
+  V t = v * 512.0f;
+  VI sub = __builtin_convertvector((t + 8388608.0f) - 8388608.0f, VI);
+  VI code = v < 0.015625f ? sub : normal;
+  return v >= kE4M3Max ? VI{} + kE4M3MaxCode : code;
+}
+
+inline V e4m3DecodeScales(VI code) {
+  VI exponent = code >> 3, mant = code & 7;
+  V sub = __builtin_convertvector(mant, V) * 0.001953125f;
+  V normal = (V)(((exponent + 120) << 23) | (mant << 20));
+  return exponent == 0 ? sub : normal;
+}
+
+// 2^e as float bits for biased exponents 0..254 (0 is the subnormal 2^-127).
+inline VI exp2Bits(VI biased) {
+  return biased == 0 ? VI{} + 0x00400000 : biased << 23;
+}
+
+struct GroupScales {
+  alignas(64) float decoded[kLanes];     // 2^e, or float(E4M3) * s2; NaN for non-finite blocks
+  alignas(64) float multiplier[kLanes];  // MXFP4: 2^-e
+  alignas(64) int32_t vectorOk[kLanes];  // finite, non-zero scale, nearest rounding
+  alignas(64) int32_t bytes[kLanes];
+};
+
+inline void groupScales(const Job& job, VU amaxBits, GroupScales& g) {
+  VI finite = amaxBits < 0x7F800000u;
+  VI bytes;
+  V decoded, multiplier{};
+  if (job.cfg.format == FP4_FORMAT_MXFP4) {
+    // mxfp4SharedExponent, 16 lanes: subnormal amax (biased 0) always clamps to -127.
+    VI biased = (VI)(amaxBits >> 23);
+    VI e = biased - 127;
+    VI shared;
+    if (job.cfg.scale_rule == FP4_SCALE_RULE_FLOOR) {
+      shared = e - 2;
+    } else {
+      VI atMostOneAndHalf = (amaxBits & 0x7FFFFFu) <= 0x400000u;
+      shared = atMostOneAndHalf ? e - 2 : e - 1;
+    }
+    shared = biased == 0 ? VI{} - 127 : shared;
+    shared = shared < -127 ? VI{} - 127 : (shared > 127 ? VI{} + 127 : shared);
+    bytes = shared + kE8M0Bias;
+    decoded = (V)exp2Bits(bytes);
+    multiplier = (V)exp2Bits(kE8M0Bias - shared);
+    bytes = finite ? bytes : VI{} + kE8M0NaN;
+  } else {
+    V scaleValue = (V)amaxBits / (6.0f * job.globalScale);
+    bytes = e4m3EncodeScales(scaleValue);
+    decoded = e4m3DecodeScales(bytes) * job.globalScale;
+    bytes = finite ? bytes : VI{} + kE4M3NaN;
+  }
+  decoded = finite ? decoded : (V)(VU{} + 0x7FC00000u);
+  VI ok = finite & (decoded != 0.0f);
+  if (job.cfg.rounding == FP4_ROUNDING_STOCHASTIC) ok = VI{};
+  std::memcpy(g.decoded, &decoded, sizeof decoded);
+  std::memcpy(g.multiplier, &multiplier, sizeof multiplier);
+  std::memcpy(g.vectorOk, &ok, sizeof ok);
+  std::memcpy(g.bytes, &bytes, sizeof bytes);
 }
 
 // NVFP4 16x16 tiles: the amax (as bits, NaN/Inf >= 0x7F800000) of each column block over rows
-// [r, rEnd).
+// [r, rEnd), after rotation if asked.
 void tileAmaxBits(const Job& job, int64_t r, int64_t rEnd, std::vector<uint32_t>& tile) {
   int64_t blocks = job.cols / job.block;
   tile.assign(size_t(blocks), 0u);
-  alignas(64) float buf[32];
+  alignas(64) float buf[16];
   for (int64_t rr = r; rr < rEnd; ++rr)
     for (int64_t b = 0; b < blocks; ++b) {
-      uint32_t m = absBitsMax(blockInputs(job, rr, b, buf), job.block);
+      const float* p = job.x + rr * job.cols + b * job.block;
+      if (job.cfg.hadamard) {
+        hadamardTile(p, buf, false);
+        p = buf;
+      }
+      uint32_t m = hmaxU((VU)load(p) & 0x7FFFFFFFu);
       if (m > tile[size_t(b)]) tile[size_t(b)] = m;
     }
 }
 
-enum class Mode { Quantize, FakeQuantize };
+enum class Mode { Quantize, Fake, FakeWithStats };
 
+// Quantizes (or fake-quantizes) rows [row0, row1) in groups of up to 16 blocks.
 template <Mode M>
 void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* stats) {
   const int block = job.block;
+  const int vecsPerBlock = block / kLanes;
   const int64_t blocks = job.cols / block;
   const bool tiles = job.cfg.nvfp4_2d_blocks != 0;
-  const bool stochastic = job.cfg.rounding == FP4_ROUNDING_STOCHASTIC;
+  const bool mx = job.cfg.format == FP4_FORMAT_MXFP4;
   std::vector<uint32_t> tile;
   StatsAccumulator acc(stats);
-  alignas(64) float buf[32];
-  uint8_t codes[32];
+  alignas(64) float rotated[kLanes * 32];
+  GroupScales g;
   for (int64_t r = row0; r < row1; ++r) {
     if (tiles && (r - row0) % 16 == 0) tileAmaxBits(job, r, std::min(r + 16, row1), tile);
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float* vals = blockInputs(job, r, b, buf);
-      uint32_t amaxBits = tiles ? tile[size_t(b)] : absBitsMax(vals, block);
-      BlockScale s = scaleFor(job, amaxBits);
-      int64_t bi = r * blocks + b;
-      int64_t c0 = b * block;
-      if (M == Mode::Quantize) job.scales[bi] = s.byte;
-      bool vectorPath = s.finite && s.decoded != 0.0f && !stochastic;
-      if (M == Mode::Quantize) {
-        uint8_t* dst = job.codes + (r * job.cols + c0) / 2;
-        if (vectorPath) {
-          for (int i = 0; i < block; i += kLanes)
-            packCodes(encode(job, s, load(vals + i)).codes, dst + i / 2);
-        } else {
-          scalarBlockCodes(job, s, vals, r, c0, codes);
-          packScalarCodes(codes, block, dst);
-        }
-        continue;
+    for (int64_t b0 = 0; b0 < blocks; b0 += kLanes) {
+      const int count = int(std::min<int64_t>(kLanes, blocks - b0));
+      const float* in = job.x + r * job.cols + b0 * block;
+      if (job.cfg.hadamard) {
+        hadamard(in, rotated, int64_t(count) * block, false);
+        in = rotated;
       }
-      // Fake quantization (+ statistics).
-      float* y = job.y ? job.y + r * job.cols + c0 : nullptr;
-      float clipLimit = s.decoded > 0.0f ? 6.0f * s.decoded : 0.0f;
-      double blockErr = 0.0;
-      if (vectorPath) {
-        for (int i = 0; i < block; i += kLanes) {
-          V x = load(vals + i);
-          Encoded e = encode(job, s, x);
-          if (y) store(y + i, e.q);
-          V a = (V)((VU)x & 0x7FFFFFFFu);
-          blockErr += acc.add(x, e.q, a, clipLimit);
-        }
+      VU amaxBits;
+      if (tiles) {
+        uint32_t t[kLanes] = {};
+        std::memcpy(t, tile.data() + b0, sizeof(uint32_t) * size_t(count));
+        std::memcpy(&amaxBits, t, sizeof t);
       } else {
-        scalarBlockCodes(job, s, vals, r, c0, codes);
+        VU perBlock[kLanes];
+        for (int i = 0; i < kLanes; ++i) {
+          VU m{};
+          if (i < count)
+            for (int v = 0; v < vecsPerBlock; ++v)
+              m = maxU(m, (VU)load(in + i * block + v * kLanes) & 0x7FFFFFFFu);
+          perBlock[i] = m;
+        }
+        amaxBits = reduceMax16(perBlock);
+      }
+      groupScales(job, amaxBits, g);
+      if (M == Mode::Quantize)
+        for (int i = 0; i < count; ++i) job.scales[r * blocks + b0 + i] = uint8_t(g.bytes[i]);
+
+      for (int i = 0; i < count; ++i) {
+        const float* vals = in + i * block;
+        const int64_t c0 = (b0 + i) * block, bi = r * blocks + b0 + i;
+        BlockScale s;
+        s.byte = uint8_t(g.bytes[i]);
+        s.decoded = g.decoded[i];
+        s.multiplier = g.multiplier[i];
+        s.finite = amaxBits[i] < 0x7F800000u;
+        const float scaleFactor = mx ? s.multiplier : s.decoded;
+        if (M == Mode::Quantize) {
+          uint8_t* dst = job.codes + (r * job.cols + c0) / 2;
+          if (g.vectorOk[i]) {
+            for (int v = 0; v < vecsPerBlock; ++v)
+              packCodes(encode(mx, scaleFactor, s.decoded, load(vals + v * kLanes)).codes,
+                        dst + v * 8);
+          } else {
+            uint8_t codes[32];
+            scalarBlockCodes(job, s, vals, r, c0, codes);
+            packScalarCodes(codes, block, dst);
+          }
+          continue;
+        }
+        float* y = job.y ? job.y + r * job.cols + c0 : nullptr;
         alignas(64) float q[32];
-        for (int i = 0; i < block; ++i) q[i] = e2m1Decode(codes[i]) * s.decoded;
-        if (y) std::memcpy(y, q, sizeof(float) * size_t(block));
-        if (!s.finite) {
-          for (int i = 0; i < block; ++i) stats->nonfinite += !isFiniteFloat(vals[i]);
+        if (g.vectorOk[i]) {
+          for (int v = 0; v < vecsPerBlock; ++v)
+            store(q + v * kLanes, encode(mx, scaleFactor, s.decoded, load(vals + v * kLanes)).q);
         } else {
-          for (int i = 0; i < block; i += kLanes) {
-            V x = load(vals + i);
-            V qv = load(q + i);
-            blockErr += acc.add(x, qv, (V)((VU)x & 0x7FFFFFFFu), clipLimit);
+          uint8_t codes[32];
+          scalarBlockCodes(job, s, vals, r, c0, codes);
+          for (int e = 0; e < block; ++e) q[e] = e2m1Decode(codes[e]) * s.decoded;
+        }
+        if (y) std::memcpy(y, q, sizeof(float) * size_t(block));
+        if (M != Mode::FakeWithStats) continue;
+        double blockErr = 0.0;
+        if (!s.finite) {
+          for (int e = 0; e < block; ++e) stats->nonfinite += !isFiniteFloat(vals[e]);
+        } else {
+          float clipLimit = s.decoded > 0.0f ? 6.0f * s.decoded : 0.0f;
+          for (int v = 0; v < vecsPerBlock; ++v) {
+            V x = load(vals + v * kLanes);
+            blockErr += acc.add(x, load(q + v * kLanes), (V)((VU)x & 0x7FFFFFFFu), clipLimit);
           }
         }
+        const float nan = bitsToFloat(0x7FC00000u);
+        if (job.blockSqErr) job.blockSqErr[bi] = s.finite ? float(blockErr) : nan;
+        if (job.blockAmax) job.blockAmax[bi] = s.finite ? bitsToFloat(amaxBits[i]) : nan;
       }
-      if (job.blockSqErr)
-        job.blockSqErr[bi] = s.finite ? float(blockErr) : bitsToFloat(0x7FC00000u);
-      if (job.blockAmax)
-        job.blockAmax[bi] = s.finite ? bitsToFloat(amaxBits) : bitsToFloat(0x7FC00000u);
     }
   }
-  if (M == Mode::FakeQuantize) acc.flush();
+  if (M == Mode::FakeWithStats) acc.flush();
 }
 
 void quantize(const Job& job, int64_t row0, int64_t row1) {
@@ -327,7 +420,12 @@ void quantize(const Job& job, int64_t row0, int64_t row1) {
 }
 
 void fakeQuantize(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* stats) {
-  processRows<Mode::FakeQuantize>(job, row0, row1, stats);
+  if (stats || job.blockSqErr || job.blockAmax) {
+    fp4_error_stats unused;
+    processRows<Mode::FakeWithStats>(job, row0, row1, stats ? stats : &unused);
+  } else {
+    processRows<Mode::Fake>(job, row0, row1, nullptr);
+  }
 }
 
 void dequantize(const Job& job, int64_t row0, int64_t row1) {
