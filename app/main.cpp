@@ -1,0 +1,58 @@
+// fp4lab's entry point: dispatches subcommands; errors print what, where and what to do, and
+// exit with code 2.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "fp4lab/error.h"
+
+namespace {
+
+const fp4lab::cli::Command kCommands[] = {
+    {"quantize", "quantize the tensors of a safetensors file to MXFP4 or NVFP4",
+     fp4lab::cli::runQuantize},
+    {"dequantize", "decode a file written by `fp4lab quantize` back to F32",
+     fp4lab::cli::runDequantize},
+};
+
+void printHelp(FILE* out) {
+  std::fprintf(out,
+               "fp4lab %s: a workbench for taking language models to 4-bit floating point\n\n"
+               "usage: fp4lab <command> [options]   (fp4lab <command> --help for details)\n\n"
+               "commands:\n",
+               FP4LAB_VERSION);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    printHelp(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("fp4lab %s\n", FP4LAB_VERSION);
+    return 0;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.run(args);
+    } catch (const fp4lab::Error& e) {
+      std::fprintf(stderr, "fp4lab: error: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fp4lab: internal error: %s\n", e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "fp4lab: unknown command '%s'\n\n", argv[1]);
+  printHelp(stderr);
+  return 2;
+}

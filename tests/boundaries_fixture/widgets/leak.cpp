@@ -1,0 +1,2 @@
+// Deliberate violation: proves the boundary check can fail (tests/CMakeLists.txt, WILL_FAIL).
+  #  include <torch/torch.h>
