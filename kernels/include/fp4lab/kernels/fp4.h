@@ -8,9 +8,14 @@
 
 #ifdef __cplusplus
 extern "C" {
+// A fixed underlying type makes any int a valid value, so a bad value read from a config is
+// reported as FP4_ERR_ARGUMENT instead of being undefined behaviour.
+#define FP4_ENUM(name) enum name : int
+#else
+#define FP4_ENUM(name) enum name
 #endif
 
-typedef enum fp4_status {
+typedef FP4_ENUM(fp4_status) {
   FP4_OK = 0,
   FP4_ERR_NULL_POINTER,  // a required buffer was NULL
   FP4_ERR_MISALIGNED,    // a float buffer is not 4-byte aligned
@@ -20,19 +25,19 @@ typedef enum fp4_status {
   FP4_ERR_CUDA,          // a CUDA call failed (fp4_last_error() has the runtime's message)
 } fp4_status;
 
-typedef enum fp4_format { FP4_FORMAT_MXFP4 = 0, FP4_FORMAT_NVFP4 = 1 } fp4_format;
+typedef FP4_ENUM(fp4_format) { FP4_FORMAT_MXFP4 = 0, FP4_FORMAT_NVFP4 = 1 } fp4_format;
 
-typedef enum fp4_scale_rule {
+typedef FP4_ENUM(fp4_scale_rule) {
   FP4_SCALE_RULE_CEIL = 0,   // smallest e with amax <= 6 * 2^e (ModelOpt, torchao, cuBLAS)
   FP4_SCALE_RULE_FLOOR = 1,  // floor(log2(amax)) - 2 (OCP MX v1.0; clips (6, 8) * 2^e)
 } fp4_scale_rule;
 
-typedef enum fp4_rounding {
+typedef FP4_ENUM(fp4_rounding) {
   FP4_ROUNDING_NEAREST_EVEN = 0,
   FP4_ROUNDING_STOCHASTIC = 1,  // Philox4x32-10 keyed by `seed`, counter = element index
 } fp4_rounding;
 
-typedef enum fp4_backend {
+typedef FP4_ENUM(fp4_backend) {
   FP4_BACKEND_AUTO = 0,  // the fastest available CPU backend
   FP4_BACKEND_REFERENCE = 1,
   FP4_BACKEND_GENERIC = 2,
