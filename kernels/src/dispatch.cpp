@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "last_error.h"
 
 namespace fp4lab::kernels {
 namespace {
@@ -249,7 +250,11 @@ float fp4_tensor_amax(const float* x, int64_t count) {
 }
 
 float fp4_nvfp4_global_scale(float tensorAmax) {
-  return tensorAmax > 0.0f ? tensorAmax / kNvfp4GlobalDivisor : 1.0f;
+  return nvfp4GlobalScale(tensorAmax);
+}
+
+void fp4lab_set_last_error(fp4_status, const char* message) {
+  t_lastError = message ? message : "";
 }
 
 fp4_status fp4_quantize(const fp4_config* cfg, const float* x, int64_t rows, int64_t cols,

@@ -13,6 +13,8 @@ namespace {
 // Nearest E2M1 magnitude to a >= 0; a tie goes to the even index; beyond 6 saturates.
 uint8_t e2m1EncodeReference(float v) {
   float a = std::fabs(v);
+  // Saturate first: for huge a the fp32 distances to 4 and 6 round equal and would tie.
+  if (a >= kE2M1Max) return static_cast<uint8_t>((std::signbit(v) ? 8 : 0) | 7);
   int best = 0;
   for (int idx = 1; idx < 8; ++idx) {
     float dBest = std::fabs(a - e2m1Magnitude(best));

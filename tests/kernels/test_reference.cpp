@@ -230,3 +230,27 @@ TEST_CASE("NVFP4 2-D tiles share one scale per 16x16 tile", "[reference][nvfp4]"
     CHECK(o.scales[0] == fp4lab::e4m3EncodeScale(tileAmax / (6.0f * o.globalScale)));
   }
 }
+
+TEST_CASE("Far-out values saturate to 6 and a tiny tensor amax never gives a zero scale",
+          "[reference][edge]") {
+  for (fp4_backend b : allBackends()) {
+    BackendScope scope(b);
+    INFO("backend " << fp4_backend_name(b));
+    // A calibrated amax of 1 for data near 1e10: every element is beyond 2^25 x its block scale,
+    // where fp32 distances to 4 and 6 round equal; the spec still says saturate to 6.
+    std::vector<float> x(32);
+    for (int i = 0; i < 32; ++i) x[size_t(i)] = (i % 2 ? -1.0f : 1.0f) * (1e10f + float(i));
+    Outputs o = runAll(fp4_default_config(FP4_FORMAT_NVFP4), x, 1, 32, 1.0f);
+    REQUIRE(o.quantizeStatus == FP4_OK);
+    for (int i = 0; i < 32; ++i) CHECK(codeAt(o, size_t(i)) == (i % 2 ? 0xF : 0x7));
+    CHECK(o.stats.clipped == 32);
+
+    // amax / 2688 underflows to 0 for amax < ~3.8e-42: the global scale is the smallest subnormal.
+    std::vector<float> tiny(16, 0.0f);
+    tiny[3] = 1e-43f;
+    Outputs t = runAll(fp4_default_config(FP4_FORMAT_NVFP4), tiny, 1, 16);
+    REQUIRE(t.quantizeStatus == FP4_OK);
+    CHECK(t.globalScale > 0.0f);
+    for (float v : t.fake) CHECK(std::isfinite(v));
+  }
+}

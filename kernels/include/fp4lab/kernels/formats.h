@@ -202,6 +202,16 @@ FP4LAB_HD uint8_t e4m3EncodeScale(float v) {
   return static_cast<uint8_t>(code > kE4M3MaxCode ? kE4M3MaxCode : code);
 }
 
+// ---- NVFP4 tensor scale ----------------------------------------------------------------
+
+// s2 = amax / 2688 (ModelOpt's weight_scale_2); 1 for an all-zero tensor. A tiny amax whose
+// quotient underflows gets the smallest subnormal instead of 0, so block scales never divide by 0.
+FP4LAB_HD float nvfp4GlobalScale(float amax) {
+  if (!(amax > 0.0f)) return 1.0f;
+  float s2 = amax / kNvfp4GlobalDivisor;
+  return s2 > 0.0f ? s2 : bitsToFloat(1u);
+}
+
 // ---- Counter-based RNG (Philox4x32-10) --------------------------------------------------
 
 struct Philox4 {
