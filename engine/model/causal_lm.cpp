@@ -1,0 +1,194 @@
+// CausalLM: embeddings, decoder layers, final norm and lm_head, plus the growing KV cache that
+// makes token-by-token generation linear in the sequence length.
+#include "model/causal_lm.h"
+
+#include <algorithm>
+
+#include "fp4lab/error.h"
+
+namespace fp4lab::model {
+
+// ----- KVCache -----------------------------------------------------------------------------
+
+std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torch::Tensor& keys,
+                                                        const torch::Tensor& values) {
+  if (layer >= m_layers.size()) m_layers.resize(layer + 1);
+  Layer& entry = m_layers[layer];
+  const int64_t added = keys.size(2);
+  const int64_t needed = entry.length + added;
+  if (entry.keys.defined()) {
+    const bool compatible =
+        entry.keys.size(0) == keys.size(0) && entry.keys.size(1) == keys.size(1) &&
+        entry.keys.size(3) == keys.size(3) && entry.keys.scalar_type() == keys.scalar_type() &&
+        entry.keys.device() == keys.device();
+    if (!compatible) {
+      throw Error("key/value shape, dtype or device changed between calls", "KVCache",
+                  "use a fresh KVCache (or clear()) per sequence batch");
+    }
+  }
+  if (!entry.keys.defined() || entry.keys.size(2) < needed) {
+    const int64_t oldCapacity = entry.keys.defined() ? entry.keys.size(2) : 0;
+    const int64_t capacity = std::max({needed, m_capacityHint, 2 * oldCapacity});
+    auto grow = [&](const torch::Tensor& old, const torch::Tensor& like) {
+      torch::Tensor buffer =
+          torch::empty({like.size(0), like.size(1), capacity, like.size(3)}, like.options());
+      if (entry.length > 0) buffer.narrow(2, 0, entry.length).copy_(old.narrow(2, 0, entry.length));
+      return buffer;
+    };
+    entry.keys = grow(entry.keys, keys);
+    entry.values = grow(entry.values, values);
+  }
+  entry.keys.narrow(2, entry.length, added).copy_(keys);
+  entry.values.narrow(2, entry.length, added).copy_(values);
+  entry.length = needed;
+  return {entry.keys.narrow(2, 0, needed), entry.values.narrow(2, 0, needed)};
+}
+
+// ----- DecoderModel ------------------------------------------------------------------------
+
+DecoderModelImpl::DecoderModelImpl(const ModelConfig& config, const torch::TensorOptions& options,
+                                   bool initialize)
+    : m_config(config), m_rotary(config) {
+  embedTokens =
+      register_module("embed_tokens", Embedding(config.vocabSize, config.hiddenSize, options));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.numHiddenLayers; ++i) {
+    DecoderLayer layer(config, i, options, initialize);
+    layers->push_back(layer);
+    layerList.push_back(layer);
+  }
+  norm = register_module("norm", RMSNorm(config.hiddenSize, config.rmsNormEps, options));
+}
+
+torch::Tensor DecoderModelImpl::forward(const torch::Tensor& inputIds, KVCache* cache) {
+  const int64_t length = inputIds.size(1);
+  const int64_t past = cache ? cache->length() : 0;
+  const int64_t total = past + length;
+  torch::Tensor hidden = embedTokens(inputIds);
+
+  AttentionContext context;
+  std::tie(context.cos, context.sin) =
+      m_rotary.cosSin(past, length, hidden.scalar_type(), hidden.device());
+  context.cache = cache;
+  const int64_t window = m_config.slidingWindow;
+  const bool windowed = window > 0 && total > window;
+  if (!windowed && past == 0) {
+    context.causal = true;  // SDPA's own causal path (flash kernels) for full sequences
+  } else if (!windowed && length == 1) {
+    context.causal = false;  // one new token sees every cached position
+  } else {
+    // SDPA's is_causal aligns the triangle top-left, which is wrong once a cache prefix makes
+    // keys outnumber queries, and it knows no window: spell the mask out.
+    const auto positionOptions = torch::TensorOptions(torch::kLong).device(hidden.device());
+    const torch::Tensor queryPositions = torch::arange(past, total, positionOptions).unsqueeze(1);
+    const torch::Tensor keyPositions = torch::arange(total, positionOptions).unsqueeze(0);
+    torch::Tensor mask = keyPositions <= queryPositions;
+    if (window > 0) mask = mask & (queryPositions - keyPositions < window);
+    context.mask = mask;
+    context.causal = false;
+  }
+  for (auto& layer : layerList) hidden = layer(hidden, context);
+  return norm(hidden);
+}
+
+// ----- CausalLM ----------------------------------------------------------------------------
+
+CausalLMImpl::CausalLMImpl(const ModelConfig& config, const torch::TensorOptions& options,
+                           bool initialize)
+    : m_config(config) {
+  m_config.validate("ModelConfig");
+  model = register_module("model", DecoderModel(m_config, options, initialize));
+  if (m_config.tieWordEmbeddings) {
+    lmHead = QuantLinear(model->embedTokens->weight);
+  } else {
+    lmHead = register_module(
+        "lm_head", QuantLinear(m_config.hiddenSize, m_config.vocabSize, false, options, false));
+  }
+  if (initialize) initializeWeights();
+}
+
+void CausalLMImpl::initializeWeights() {
+  // HF PreTrainedModel._init_weights for these architectures.
+  torch::NoGradGuard noGrad;
+  const double std = m_config.initializerRange;
+  for (auto& [name, linear] : quantLinears()) {
+    linear->weight.normal_(0.0, std);
+    if (linear->bias.defined()) linear->bias.zero_();
+  }
+  model->embedTokens->weight.normal_(0.0, std);
+}
+
+void CausalLMImpl::checkInput(const torch::Tensor& inputIds) const {
+  const std::string where = "CausalLM input ids";
+  if (!inputIds.defined() || inputIds.dim() != 2 || inputIds.size(0) < 1 || inputIds.size(1) < 1) {
+    throw Error("expected a non-empty [batch, tokens] tensor", where);
+  }
+  if (inputIds.scalar_type() != torch::kLong) {
+    throw Error(
+        std::string("expected int64 token ids, got ") + c10::toString(inputIds.scalar_type()),
+        where);
+  }
+  // The range check costs a device sync on accelerators; there torch's own index assert fires.
+  if (inputIds.device().is_cpu()) {
+    const int64_t low = inputIds.min().item<int64_t>();
+    const int64_t high = inputIds.max().item<int64_t>();
+    if (low < 0 || high >= m_config.vocabSize) {
+      throw Error("token id " + std::to_string(low < 0 ? low : high) +
+                      " outside the vocabulary [0, " + std::to_string(m_config.vocabSize) + ")",
+                  where, "the tokenizer does not match the model");
+    }
+  }
+}
+
+torch::Tensor CausalLMImpl::hiddenStates(const torch::Tensor& inputIds, KVCache* cache) {
+  checkInput(inputIds);
+  return model->forward(inputIds, cache);
+}
+
+torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) {
+  // Tied: re-point at the embedding in case someone replaced its tensor (not just its data).
+  if (m_config.tieWordEmbeddings) lmHead->weight = model->embedTokens->weight;
+  return lmHead(hidden);
+}
+
+torch::Tensor CausalLMImpl::forward(const torch::Tensor& inputIds) {
+  return logits(hiddenStates(inputIds, nullptr));
+}
+
+torch::Tensor CausalLMImpl::forwardCached(const torch::Tensor& inputIds, KVCache& cache) {
+  return logits(hiddenStates(inputIds, &cache));
+}
+
+std::vector<std::pair<std::string, QuantLinear>> CausalLMImpl::quantLinears() {
+  std::vector<std::pair<std::string, QuantLinear>> result;
+  for (const auto& item : named_modules("", /*include_self=*/false)) {
+    if (auto linear = std::dynamic_pointer_cast<QuantLinearImpl>(item.value())) {
+      result.emplace_back(item.key(), QuantLinear(linear));
+    }
+  }
+  if (m_config.tieWordEmbeddings) result.emplace_back("lm_head", lmHead);
+  return result;
+}
+
+torch::ScalarType CausalLMImpl::dtype() const {
+  return model->embedTokens->weight.scalar_type();
+}
+
+torch::Device CausalLMImpl::device() const {
+  return model->embedTokens->weight.device();
+}
+
+CausalLM copyCausalLM(CausalLM& source, const torch::TensorOptions& options) {
+  const torch::TensorOptions resolved =
+      torch::TensorOptions()
+          .dtype(options.has_dtype() ? options.dtype()
+                                     : caffe2::TypeMeta::fromScalarType(source->dtype()))
+          .device(options.has_device() ? options.device() : source->device());
+  CausalLM copy(source->config(), resolved, /*initialize=*/false);
+  torch::NoGradGuard noGrad;
+  const auto sourceParameters = source->named_parameters();
+  for (auto& item : copy->named_parameters()) item.value().copy_(sourceParameters[item.key()]);
+  return copy;
+}
+
+}  // namespace fp4lab::model

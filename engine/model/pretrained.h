@@ -1,0 +1,65 @@
+// Hugging Face model folders: loading (config.json + model.safetensors or shards with
+// model.safetensors.index.json) into a CausalLM, and saving one, with the folder replaced
+// atomically so a crash never leaves a half-written checkpoint.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/causal_lm.h"
+
+namespace fp4lab::model {
+
+// Reads <dir>/config.json (and generation_config.json if present) and the weights, converting
+// F32/BF16/F16/F64 tensors to `dtype` on `device`. Throws fp4lab::Error (naming the file and
+// tensors) on: a missing or bad config, no weights file, an index pointing at missing files or
+// tensors, a tensor whose shape differs from the config's, a non-float tensor, checkpoint
+// tensors the model lacks (besides known harmless ones: rotary inv_freq buffers, and lm_head
+// when embeddings are tied) and model parameters the checkpoint lacks.
+CausalLM loadPretrained(const std::string& dir, torch::Dtype dtype = torch::kBFloat16,
+                        torch::Device device = torch::kCPU);
+
+struct SaveOptions {
+  torch::Dtype dtype = torch::kBFloat16;  // of the tensors written; also config's torch_dtype
+  // Merged into config.json last (overrides), e.g. {"quantization_config": ...}.
+  nlohmann::json extraConfig = nlohmann::json::object();
+  // Files copied into the folder as they are (tokenizer.json, tokenizer_config.json, ...).
+  std::vector<std::string> extraFiles;
+  // Checkpoints larger than this are split into model-0000i-of-0000n.safetensors plus
+  // model.safetensors.index.json, as transformers does (its default is 5 GB). It also bounds
+  // the host memory the writer holds at once.
+  uint64_t maxShardBytes = 5'000'000'000ull;
+};
+
+// Writes config.json, generation_config.json, the weights (parameters converted to
+// options.dtype, in named_parameters() order) and options.extraFiles into the existing folder
+// `dir`, each file atomically, without replacing the folder. Used by savePretrained on its
+// staging folder, and by callers that add their own files before publishFolder().
+void writePretrainedFiles(CausalLM& model, const std::string& dir, const SaveOptions& options = {});
+
+// Replaces `target` by the complete folder `staging` (a sibling of it, same filesystem):
+//  1. fsync `staging` (its files are already fsynced by their writers);
+//  2. if `target` does not exist: rename(staging, target);
+//     else: renameat2(RENAME_EXCHANGE) swaps the two atomically and the old folder (now at
+//     `staging`) is deleted; where the filesystem cannot exchange (EINVAL/ENOSYS/ENOTSUP),
+//     `target` is renamed to "<target>.old-<pid>", staging to target, and the old one deleted
+//     (if that second rename fails, the old folder is renamed back);
+//  3. fsync the parent folder.
+// So at every instant a complete folder is at `target`, except in the fallback's window
+// between its two renames, when the complete old one is at "<target>.old-<pid>" and the
+// complete new one still at `staging`. A crash can leave "<target>.tmp-<pid>" or ".old-<pid>"
+// litter next to the target, never a partial `target`. A `target` that exists but is not a
+// folder is an error (nothing is replaced).
+void publishFolder(const std::string& staging, const std::string& target);
+
+// writePretrainedFiles into "<dir>.tmp-<pid>" (created fresh; a leftover of that name is
+// removed first), then publishFolder into `dir`. On any error the staging folder is removed and
+// `dir` is untouched.
+void savePretrained(CausalLM& model, const std::string& dir, const SaveOptions& options = {});
+void savePretrained(CausalLM& model, const std::string& dir, torch::Dtype dtype);
+
+}  // namespace fp4lab::model
