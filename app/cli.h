@@ -36,5 +36,10 @@ struct Command {
 
 int runQuantize(const std::vector<std::string>& args);
 int runDequantize(const std::vector<std::string>& args);
+int runTrain(const std::vector<std::string>& args);
+int runInspect(const std::vector<std::string>& args);
+int runEval(const std::vector<std::string>& args);
+int runGenerate(const std::vector<std::string>& args);
+int runBaseModel(const std::vector<std::string>& args);
 
 }  // namespace fp4lab::cli

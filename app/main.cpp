@@ -12,6 +12,13 @@
 namespace {
 
 const fp4lab::cli::Command kCommands[] = {
+    {"train", "run a training run (SFT) from a YAML config; writes a run folder with an HDF5 log",
+     fp4lab::cli::runTrain},
+    {"inspect", "summarize a run folder from its log", fp4lab::cli::runInspect},
+    {"eval", "mean token cross-entropy of a model on a JSONL file", fp4lab::cli::runEval},
+    {"generate", "generate a reply from a model", fp4lab::cli::runGenerate},
+    {"base-model", "build (once) and locate the built-in tiny base model",
+     fp4lab::cli::runBaseModel},
     {"quantize", "quantize the tensors of a safetensors file to MXFP4 or NVFP4",
      fp4lab::cli::runQuantize},
     {"dequantize", "decode a file written by `fp4lab quantize` back to F32",

@@ -1,0 +1,49 @@
+// Runner: executes one run (a folder with run.yaml, log.h5, status.json, checkpoints/) and
+// reports progress as RunEvents. Plain C++: the CLI and the GUI's process model both use it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "fp4lab/run/run_config.h"
+
+namespace fp4lab::run {
+
+// One progress report. Serialised as one JSON line for `fp4lab train --events jsonl`.
+struct RunEvent {
+  std::string kind;  // started, step, eval, checkpoint, warning, finished, failed, cancelled
+  int64_t step = 0;
+  int64_t maxSteps = 0;
+  int64_t tokens = 0;
+  double loss = 0, lr = 0, gradNorm = 0, tokensPerSecond = 0, etaSeconds = 0, wallSeconds = 0;
+  std::map<std::string, double> metrics;  // eval: val_loss, val_ppl, ...
+  std::string message;                    // warning/failed text, or the run folder for started
+  std::string path;                       // checkpoint folder, run folder
+  std::string toJson() const;
+};
+
+struct RunOptions {
+  std::string runDir;  // --output-dir: the run folder itself; empty: run.output_dir/<name>-<utc>
+  std::string resumeFrom;  // a checkpoints/step-N folder, or "latest" (needs runDir)
+  std::function<void(const RunEvent&)> onEvent;
+  const std::atomic<bool>* stopRequested = nullptr;  // set by SIGINT/SIGTERM handlers
+};
+
+struct RunResult {
+  std::string runDir;
+  std::string state;  // finished, cancelled, failed
+  int64_t steps = 0;
+  std::string message;
+};
+
+// Runs training end to end. Bad input throws fp4lab::Error before anything is written where
+// possible; failures after the run folder exists are recorded in status.json and the log.
+RunResult executeRun(const RunConfig& config, const RunOptions& options);
+
+// Run states as status.json records them (a "running" state with a dead pid reads as crashed).
+std::string readRunState(const std::string& runDir);
+
+}  // namespace fp4lab::run

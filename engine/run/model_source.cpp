@@ -1,0 +1,226 @@
+// Model and data sources for runs and the CLI: Hugging Face folders, the built-in tiny model
+// (trained by fp4lab itself on the built-in corpus the first time it is asked for), JSONL.
+#include "run/model_source.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fp4lab/data/builtin_tasks.h"
+#include "fp4lab/data/dataset.h"
+#include "fp4lab/error.h"
+#include "fp4lab/run/runner.h"
+#include "model/pretrained.h"
+
+namespace fp4lab::run {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The built-in model: byte-level, Llama-shaped, ~3 M parameters. Its dimensions are multiples
+// of 32 so every linear layer quantizes in MXFP4 and NVFP4.
+constexpr const char* kBuiltinName = "tiny-v1";
+
+model::ModelConfig builtinTinyConfig(int64_t vocab) {
+  model::ModelConfig c;
+  c.architecture = model::Architecture::Llama;
+  c.vocabSize = vocab;
+  c.hiddenSize = 256;
+  c.intermediateSize = 704;
+  c.numHiddenLayers = 4;
+  c.numAttentionHeads = 4;
+  c.numKeyValueHeads = 2;
+  c.headDim = 64;
+  c.rmsNormEps = 1e-5;
+  c.ropeTheta = 10000.0;
+  c.maxPositionEmbeddings = 1024;
+  c.tieWordEmbeddings = true;
+  c.torchDtype = "bfloat16";
+  return c;
+}
+
+std::unique_ptr<data::Tokenizer> loadTokenizerFor(const fs::path& dir) {
+  if (fs::exists(dir / "tokenizer.json"))
+    return data::loadTokenizerJson((dir / "tokenizer.json").string());
+  if (fs::exists(dir / "fp4lab_tokenizer.json")) return data::makeByteTokenizer();
+  throw Error("no tokenizer.json in the model folder", dir.string(),
+              "copy the model's tokenizer.json next to its config.json");
+}
+
+struct FileLock {
+  int fd;
+  explicit FileLock(const fs::path& path) : fd(::open(path.c_str(), O_CREAT | O_RDWR, 0644)) {
+    if (fd < 0)
+      throw Error("cannot create a lock file", path.string(), "is the cache folder writable?");
+    ::flock(fd, LOCK_EX);
+  }
+  ~FileLock() {
+    ::flock(fd, LOCK_UN);
+    ::close(fd);
+  }
+};
+
+}  // namespace
+
+std::string cacheRoot() {
+  if (const char* home = std::getenv("FP4LAB_HOME"); home && *home) return home;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/fp4lab";
+  const char* h = std::getenv("HOME");
+  return std::string(h ? h : "/tmp") + "/.cache/fp4lab";
+}
+
+std::string ensureBuiltinModel(bool verbose) {
+  const fs::path models = fs::path(cacheRoot()) / "models";
+  const fs::path dest = models / kBuiltinName;
+  if (fs::exists(dest / "config.json")) return dest.string();
+  fs::create_directories(models);
+  FileLock lock(models / (std::string(kBuiltinName) + ".lock"));
+  if (fs::exists(dest / "config.json")) return dest.string();  // another process built it
+
+  // The recipe of the built-in base model: from random weights, the built-in pretraining corpus.
+  RunConfig c;
+  c.name = "builtin-tiny";
+  c.modelPath = "scratch:tiny";
+  c.trainData = "builtin:pretrain";
+  c.seqLen = 256;
+  c.batchSize = 16;
+  c.maxSteps = 600;
+  c.lr = 3e-3;
+  c.warmupRatio = 0.05;
+  c.minLrRatio = 0.05;
+  c.weightDecay = 0.01;
+  c.evalEvery = 0;
+  c.evalBatches = 4;
+  c.seed = 20261130;
+  RunOptions options;
+  options.runDir = (models / (std::string(kBuiltinName) + "-build")).string();
+  fs::remove_all(options.runDir);
+  if (verbose) {
+    std::fprintf(stderr, "fp4lab: building the built-in base model %s (once; about %lld steps)\n",
+                 kBuiltinName, (long long)c.maxSteps);
+    options.onEvent = [](const RunEvent& e) {
+      if (e.kind == "step" && (e.step % 50 == 0 || e.step == e.maxSteps))
+        std::fprintf(stderr, "  step %lld/%lld  loss %.3f  %.0f tok/s\n", (long long)e.step,
+                     (long long)e.maxSteps, e.loss, e.tokensPerSecond);
+    };
+  }
+  RunResult r = executeRun(c, options);
+  if (r.state != "finished")
+    throw Error("building the built-in model failed: " + r.message, options.runDir);
+  fs::rename(fs::path(options.runDir) / "model", dest);
+  return dest.string();
+}
+
+ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_t seed) {
+  ModelBundle b;
+  b.source = path;
+  if (path == "scratch:tiny") {
+    b.tokenizer = data::makeByteTokenizer();
+    torch::manual_seed(seed);
+    b.model = model::CausalLM(builtinTinyConfig(b.tokenizer->vocabSize()));
+    b.model->to(dtype);
+    return b;
+  }
+  if (path.rfind("scratch:", 0) == 0)
+    throw Error("unknown scratch model '" + path + "'", "model.path", "use scratch:tiny");
+  std::string dir = path;
+  if (path == "builtin:tiny")
+    dir = ensureBuiltinModel();
+  else if (path.rfind("builtin:", 0) == 0)
+    throw Error("unknown built-in model '" + path + "'", "model.path", "use builtin:tiny");
+  if (!fs::is_directory(dir))
+    throw Error("model folder does not exist", dir,
+                "pass a Hugging Face folder (config.json + safetensors)");
+  b.tokenizer = loadTokenizerFor(dir);
+  b.model = model::loadPretrained(dir, dtype, torch::kCPU);
+  if (b.tokenizer->vocabSize() > b.model->config().vocabSize)
+    throw Error("the tokenizer has " + std::to_string(b.tokenizer->vocabSize()) +
+                    " tokens but the model only " + std::to_string(b.model->config().vocabSize),
+                dir, "the tokenizer.json does not belong to this model");
+  b.source = dir;
+  return b;
+}
+
+void saveModelBundle(const ModelBundle& bundle, const std::string& dir, torch::Dtype dtype) {
+  // The tokenizer travels inside the folder's atomic write, so a saved model is always usable.
+  model::SaveOptions options;
+  options.dtype = dtype;
+  fs::path byteMarker;
+  if (bundle.tokenizer->kind() == "byte") {
+    byteMarker = fs::temp_directory_path() / ("fp4lab-" + std::to_string(getpid())) /
+                 "fp4lab_tokenizer.json";
+    fs::create_directories(byteMarker.parent_path());
+    std::ofstream(byteMarker)
+        << nlohmann::json{{"type", "byte"}, {"vocab_size", bundle.tokenizer->vocabSize()}}.dump(2)
+        << "\n";
+    options.extraFiles.push_back(byteMarker.string());
+  } else {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+      if (fs::exists(fs::path(bundle.source) / f))
+        options.extraFiles.push_back((fs::path(bundle.source) / f).string());
+  }
+  model::CausalLM m = bundle.model;
+  model::savePretrained(m, dir, options);
+  if (!byteMarker.empty()) fs::remove_all(byteMarker.parent_path());
+}
+
+std::vector<data::Example> loadExamples(const std::string& source, uint64_t seed) {
+  if (source.rfind("builtin:", 0) == 0) {
+    std::string name = source.substr(8);
+    size_t count = name == "pretrain" ? 24000 : (name == "sft" ? 4000 : 400);
+    return data::builtinDataset(name, seed, count);
+  }
+  return data::readJsonl(source);
+}
+
+DataBundle loadTrainingData(const RunConfig& config, const data::Tokenizer& tokenizer) {
+  std::vector<data::Example> train = loadExamples(config.trainData, config.seed), validation;
+  if (!config.validationData.empty()) {
+    validation = loadExamples(config.validationData, config.seed + 1);
+  } else if (config.validationFraction > 0) {
+    data::Split split =
+        data::splitValidation(std::move(train), config.validationFraction, config.seed);
+    train = std::move(split.train);
+    validation = std::move(split.validation);
+  }
+  if (int64_t(validation.size()) > config.validationMax)
+    validation.resize(size_t(config.validationMax));
+
+  data::ChatTemplate chat(tokenizer);
+  auto tokenize = [&](const std::vector<data::Example>& examples) {
+    std::vector<data::TokenizedExample> out;
+    out.reserve(examples.size());
+    for (const auto& e : examples) {
+      if (!e.inputIds.empty()) {
+        data::TokenizedExample t;
+        t.ids = e.inputIds;
+        t.lossMask.assign(e.inputIds.size(), 1);
+        t.lossMask[0] = 0;
+        for (int32_t id : t.ids)
+          if (id < 0 || id >= tokenizer.vocabSize())
+            throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                            std::to_string(tokenizer.vocabSize()) + ")",
+                        e.source);
+        out.push_back(std::move(t));
+      } else {
+        out.push_back(chat.apply(e.messages));
+      }
+    }
+    return out;
+  };
+  const int32_t pad = tokenizer.padId().value_or(tokenizer.eosId().value_or(0));
+  DataBundle d;
+  d.train = data::packSequences(tokenize(train), config.seqLen, pad, config.pack);
+  d.validation = data::packSequences(tokenize(validation), config.seqLen, pad, config.pack);
+  d.trainSequences = d.train.size();
+  return d;
+}
+
+}  // namespace fp4lab::run

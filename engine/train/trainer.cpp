@@ -1,0 +1,293 @@
+// The training loop. Read `run()` top to bottom: every periodic action (log, eval, checkpoint,
+// stop) is visible there. Recipes only supply the loss.
+#include "train/trainer.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <nlohmann/json.hpp>
+
+#include "fp4lab/error.h"
+#include "train/schedule.h"
+
+namespace fp4lab::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// BF16 autocast for the forward pass (weights stay fp32: they are the master copy).
+class AutocastGuard {
+ public:
+  AutocastGuard(bool enabled, c10::DeviceType device) : m_enabled(enabled), m_device(device) {
+    if (!m_enabled) return;
+    m_previous = at::autocast::is_autocast_enabled(m_device);
+    at::autocast::set_autocast_enabled(m_device, true);
+    at::autocast::set_autocast_dtype(m_device, at::kBFloat16);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastGuard() {
+    if (!m_enabled) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(m_device, m_previous);
+  }
+
+ private:
+  bool m_enabled;
+  c10::DeviceType m_device;
+  bool m_previous = false;
+};
+
+// splitmix64: a tiny PRNG with the same stream everywhere (std:: distributions are not).
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::vector<int64_t> epochOrder(size_t count, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(count);
+  std::iota(order.begin(), order.end(), 0);
+  uint64_t s = seed ^ (0xD1B54A32D192ED03ull * uint64_t(epoch + 1));
+  for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[splitmix64(s) % i]);
+  return order;
+}
+
+void writeFileAtomically(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) throw Error("cannot write", tmp.string(), "is the disk full?");
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+Trainer::Trainer(const run::RunConfig& config, model::CausalLM model, Recipe& recipe,
+                 std::vector<data::Sequence> train, std::vector<data::Sequence> validation,
+                 std::string checkpointRoot, TrainerListener& listener,
+                 std::function<void(const std::string&)> saveModel)
+    : m_config(config),
+      m_model(std::move(model)),
+      m_recipe(recipe),
+      m_train(std::move(train)),
+      m_validation(std::move(validation)),
+      m_checkpointRoot(std::move(checkpointRoot)),
+      m_listener(listener),
+      m_saveModel(std::move(saveModel)) {
+  if (m_train.empty())
+    throw Error("no training sequences", "data.train", "check the dataset and data.seq_len");
+  for (auto& p : m_model->parameters()) {
+    if (!p.requires_grad()) continue;
+    m_parameters.push_back(p);
+    m_device = p.device();
+  }
+  torch::optim::AdamWOptions options(config.lr);
+  options.betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weightDecay);
+  m_optimizer = std::make_unique<torch::optim::AdamW>(m_parameters, options);
+  m_order = epochOrder(m_train.size(), m_config.seed, m_state.epoch);
+}
+
+Batch Trainer::makeBatch(const std::vector<const data::Sequence*>& sequences) const {
+  const int64_t b = int64_t(sequences.size()), t = m_config.seqLen;
+  torch::Tensor inputs = torch::empty({b, t}, torch::kLong),
+                targets = torch::empty({b, t}, torch::kLong);
+  auto in = inputs.accessor<int64_t, 2>();
+  auto tg = targets.accessor<int64_t, 2>();
+  int64_t lossTokens = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const data::Sequence& s = *sequences[size_t(i)];
+    for (int64_t j = 0; j < t; ++j) {
+      in[i][j] = s.ids[size_t(j)];
+      bool target = s.lossMask[size_t(j + 1)] != 0;
+      tg[i][j] = target ? s.ids[size_t(j + 1)] : -100;
+      lossTokens += target;
+    }
+  }
+  return Batch{inputs.to(m_device), targets.to(m_device), lossTokens};
+}
+
+// The next batch in a deterministic per-epoch order; the position is part of the checkpoint.
+Batch Trainer::nextBatch() {
+  std::vector<const data::Sequence*> picked;
+  while (int64_t(picked.size()) < m_config.batchSize) {
+    if (m_state.cursor >= int64_t(m_order.size())) {
+      ++m_state.epoch;
+      m_state.cursor = 0;
+      m_order = epochOrder(m_train.size(), m_config.seed, m_state.epoch);
+    }
+    picked.push_back(&m_train[size_t(m_order[size_t(m_state.cursor++)])]);
+  }
+  return makeBatch(picked);
+}
+
+EvalReport Trainer::evaluate() {
+  torch::NoGradGuard noGrad;
+  m_model->eval();
+  double lossSum = 0;
+  int64_t tokens = 0;
+  const int64_t maxSequences = m_config.evalBatches * m_config.batchSize;
+  const std::vector<data::Sequence>& source = m_validation.empty() ? m_train : m_validation;
+  for (int64_t start = 0; start < std::min<int64_t>(maxSequences, int64_t(source.size()));
+       start += m_config.batchSize) {
+    std::vector<const data::Sequence*> picked;
+    for (int64_t i = start;
+         i < std::min<int64_t>(start + m_config.batchSize, int64_t(source.size())); ++i)
+      picked.push_back(&source[size_t(i)]);
+    Batch batch = makeBatch(picked);
+    if (batch.lossTokens == 0) continue;
+    AutocastGuard autocast(m_config.computeDtype == "bf16", m_device.type());
+    double loss = m_recipe.loss(m_model, batch).item<double>();
+    lossSum += loss * double(batch.lossTokens);
+    tokens += batch.lossTokens;
+  }
+  m_model->train();
+  double valLoss = tokens ? lossSum / double(tokens) : NAN;
+  return EvalReport{m_state.step, m_state.tokens, m_state.wallSeconds, valLoss, std::exp(valLoss)};
+}
+
+TrainOutcome Trainer::run() {
+  const CosineSchedule schedule = CosineSchedule::make(m_config.lr, m_config.minLrRatio,
+                                                       m_config.warmupRatio, m_config.maxSteps);
+  const bool autocast = m_config.computeDtype == "bf16";
+  m_recipe.prepare(m_model);
+  m_model->train();
+  while (m_state.step < m_config.maxSteps) {
+    if (m_listener.stopRequested()) {
+      saveCheckpoint();
+      return TrainOutcome::Stopped;
+    }
+    const auto started = Clock::now();
+    const double lr = schedule.at(m_state.step);
+    for (auto& group : m_optimizer->param_groups()) group.options().set_lr(lr);
+    m_optimizer->zero_grad();
+
+    double lossSum = 0;
+    int64_t stepTokens = 0;
+    for (int micro = 0; micro < m_config.gradAccum; ++micro) {
+      Batch batch = nextBatch();
+      torch::Tensor loss;
+      {
+        AutocastGuard guard(autocast, m_device.type());
+        loss = m_recipe.loss(m_model, batch);
+      }
+      (loss / double(m_config.gradAccum)).backward();
+      lossSum += loss.item<double>();
+      stepTokens += batch.inputs.numel();
+    }
+    const double clip =
+        m_config.gradClip > 0 ? m_config.gradClip : std::numeric_limits<double>::infinity();
+    const double gradNorm = torch::nn::utils::clip_grad_norm_(m_parameters, clip);
+    const double loss = lossSum / m_config.gradAccum;
+    if (!std::isfinite(loss) || !std::isfinite(gradNorm)) {
+      m_listener.onWarning("loss or gradient is not finite at step " +
+                           std::to_string(m_state.step + 1) + " (loss " + std::to_string(loss) +
+                           "); stopping. The last good checkpoint is " +
+                           (m_lastCheckpoint.empty() ? std::string("none") : m_lastCheckpoint) +
+                           "; try a lower optim.lr or optim.grad_clip");
+      return TrainOutcome::Diverged;
+    }
+    m_optimizer->step();
+
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    m_state.step += 1;
+    m_state.tokens += stepTokens;
+    m_state.wallSeconds += seconds;
+    m_listener.onStep(StepReport{m_state.step, m_config.maxSteps, m_state.tokens, loss, lr,
+                                 gradNorm, double(stepTokens) / seconds, m_state.wallSeconds});
+
+    const bool last = m_state.step == m_config.maxSteps;
+    if (last || (m_config.evalEvery > 0 && m_state.step % m_config.evalEvery == 0))
+      m_listener.onEval(evaluate());
+    if (last || (m_config.checkpointEvery > 0 && m_state.step % m_config.checkpointEvery == 0))
+      saveCheckpoint();
+  }
+  return TrainOutcome::Finished;
+}
+
+// step-<N>/ holds the model (fp32, a Hugging Face folder), optimizer.pt and trainer_state.json.
+// It is assembled under a temporary name and renamed, so a checkpoint is complete or absent.
+void Trainer::saveCheckpoint() {
+  fs::path root(m_checkpointRoot);
+  fs::create_directories(root);
+  const std::string name = "step-" + std::to_string(m_state.step);
+  fs::path tmp = root / ("." + name + ".tmp");
+  fs::path final = root / name;
+  fs::remove_all(tmp);
+  m_saveModel(tmp.string());
+  torch::save(*m_optimizer, (tmp / "optimizer.pt").string());
+  nlohmann::json state = {{"step", m_state.step},          {"tokens", m_state.tokens},
+                          {"epoch", m_state.epoch},        {"cursor", m_state.cursor},
+                          {"wall_s", m_state.wallSeconds}, {"seed", m_config.seed}};
+  writeFileAtomically(tmp / "trainer_state.json", state.dump(2) + "\n");
+  fs::remove_all(final);
+  fs::rename(tmp, final);
+  m_lastCheckpoint = final.string();
+  m_listener.onCheckpoint(m_lastCheckpoint, m_state.step);
+
+  // Keep the newest N.
+  std::vector<std::pair<int64_t, fs::path>> existing;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    std::string n = entry.path().filename().string();
+    if (n.rfind("step-", 0) == 0) existing.emplace_back(std::stoll(n.substr(5)), entry.path());
+  }
+  std::sort(existing.begin(), existing.end());
+  for (size_t i = 0; i + size_t(m_config.keepCheckpoints) < existing.size(); ++i)
+    fs::remove_all(existing[i].second);
+}
+
+namespace {
+nlohmann::json readTrainerState(const std::string& checkpointDir) {
+  std::ifstream in(fs::path(checkpointDir) / "trainer_state.json");
+  if (!in)
+    throw Error("not a training checkpoint (no trainer_state.json)", checkpointDir,
+                "pass a checkpoints/step-N folder of a run, or 'latest'");
+  nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
+  for (const char* key : {"step", "tokens", "epoch", "cursor", "wall_s"})
+    if (state.is_discarded() || !state.contains(key) || !state[key].is_number())
+      throw Error("trainer_state.json is malformed (no numeric '" + std::string(key) + "')",
+                  checkpointDir);
+  return state;
+}
+}  // namespace
+
+int64_t checkpointStep(const std::string& checkpointDir) {
+  return readTrainerState(checkpointDir).at("step").get<int64_t>();
+}
+
+void Trainer::resumeFrom(const std::string& checkpointDir) {
+  fs::path dir(checkpointDir);
+  nlohmann::json state = readTrainerState(checkpointDir);
+  m_state.step = state.at("step").get<int64_t>();
+  m_state.tokens = state.at("tokens").get<int64_t>();
+  m_state.epoch = state.at("epoch").get<int64_t>();
+  m_state.cursor = state.at("cursor").get<int64_t>();
+  m_state.wallSeconds = state.at("wall_s").get<double>();
+  torch::load(*m_optimizer, (dir / "optimizer.pt").string());
+  m_order = epochOrder(m_train.size(), m_config.seed, m_state.epoch);
+  m_lastCheckpoint = checkpointDir;
+}
+
+std::string latestCheckpoint(const std::string& root) {
+  std::error_code ec;
+  int64_t best = -1;
+  std::string bestPath;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    std::string n = entry.path().filename().string();
+    if (n.rfind("step-", 0) != 0 || !fs::exists(entry.path() / "trainer_state.json")) continue;
+    int64_t step = std::stoll(n.substr(5));
+    if (step > best) best = step, bestPath = entry.path().string();
+  }
+  return bestPath;
+}
+
+}  // namespace fp4lab::train

@@ -1,0 +1,92 @@
+// The one training loop every recipe runs through: schedule, micro-batches, BF16 autocast with
+// fp32 master weights, clipping, evaluation, checkpoints, NaN detection, stop requests.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fp4lab/data/packing.h"
+#include "fp4lab/run/run_config.h"
+#include "model/causal_lm.h"
+#include "train/recipe.h"
+
+namespace fp4lab::train {
+
+struct StepReport {
+  int64_t step, maxSteps, tokens;
+  double loss, lr, gradNorm, tokensPerSecond, wallSeconds;
+};
+
+struct EvalReport {
+  int64_t step, tokens;
+  double wallSeconds, valLoss, valPerplexity;
+};
+
+// How the loop reports; the Runner implements it (HDF5 log, JSON events, progress bar, status).
+class TrainerListener {
+ public:
+  virtual ~TrainerListener() = default;
+  virtual void onStep(const StepReport&) {}
+  virtual void onEval(const EvalReport&) {}
+  virtual void onCheckpoint(const std::string& path, int64_t step) { (void)path, (void)step; }
+  virtual void onWarning(const std::string& message) { (void)message; }
+  virtual bool stopRequested() { return false; }
+};
+
+// Position in training: enough to continue exactly where a checkpoint left off.
+struct TrainerState {
+  int64_t step = 0;
+  int64_t tokens = 0;
+  int64_t epoch = 0;
+  int64_t cursor = 0;  // next sequence within the epoch's permutation
+  double wallSeconds = 0;
+};
+
+enum class TrainOutcome { Finished, Stopped, Diverged };
+
+class Trainer {
+ public:
+  // `saveModel(dir)` writes the model (fp32) and its tokenizer as a Hugging Face folder.
+  Trainer(const run::RunConfig& config, model::CausalLM model, Recipe& recipe,
+          std::vector<data::Sequence> train, std::vector<data::Sequence> validation,
+          std::string checkpointRoot, TrainerListener& listener,
+          std::function<void(const std::string& dir)> saveModel);
+  // Loads optimizer moments and the data position from a checkpoint folder (the model passed to
+  // the constructor must already hold the checkpoint's weights).
+  void resumeFrom(const std::string& checkpointDir);
+  TrainOutcome run();
+  EvalReport evaluate();
+  const TrainerState& state() const { return m_state; }
+  std::string lastCheckpoint() const { return m_lastCheckpoint; }
+
+ private:
+  Batch nextBatch();
+  Batch makeBatch(const std::vector<const data::Sequence*>& sequences) const;
+  void saveCheckpoint();
+
+  const run::RunConfig& m_config;
+  model::CausalLM m_model;
+  Recipe& m_recipe;
+  std::vector<data::Sequence> m_train, m_validation;
+  std::string m_checkpointRoot;
+  TrainerListener& m_listener;
+  std::function<void(const std::string&)> m_saveModel;
+  std::unique_ptr<torch::optim::AdamW> m_optimizer;
+  std::vector<torch::Tensor> m_parameters;
+  std::vector<int64_t> m_order;  // permutation of m_train for m_state.epoch
+  TrainerState m_state;
+  std::string m_lastCheckpoint;
+  torch::Device m_device = torch::kCPU;
+};
+
+// The optimizer step a checkpoint folder was saved at (from its trainer_state.json).
+int64_t checkpointStep(const std::string& checkpointDir);
+
+// Newest complete checkpoint folder under `root` ("" if none).
+std::string latestCheckpoint(const std::string& root);
+
+}  // namespace fp4lab::train
