@@ -309,14 +309,22 @@ int runGenerate(const std::vector<std::string>& argv) {
 }
 
 int runBaseModel(const std::vector<std::string>& argv) {
-  Args args("base-model", argv, {}, {"help"});
+  Args args("base-model", argv, {"output"}, {"rebuild", "help"});
   if (args.has("help")) {
     std::printf(
-        "usage: fp4lab base-model\n\nBuilds the built-in tiny base model if it is not built yet "
-        "and prints its folder.\n");
+        "usage: fp4lab base-model [--rebuild [--output DIR]]\n\n"
+        "Prints the folder of the built-in tiny base model (shipped in resources/models/tiny-v1).\n"
+        "--rebuild trains it again from random weights with its recipe (a few minutes), into DIR\n"
+        "(default: the cache, where builtin:tiny then finds it if no shipped copy exists).\n");
     return 0;
   }
-  std::printf("%s\n", run::ensureBuiltinModel(true).c_str());
+  if (!args.has("rebuild")) {
+    if (args.has("output")) throw Error("--output needs --rebuild", "fp4lab base-model");
+    std::printf("%s\n", run::builtinModelPath().c_str());
+    return 0;
+  }
+  std::string dest = args.get("output", run::cacheRoot() + "/models/tiny-v1");
+  std::printf("%s\n", run::buildBuiltinModel(dest, true).c_str());
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "fp4lab/data/dataset.h"
 #include "fp4lab/error.h"
 #include "fp4lab/run/runner.h"
+#include "fp4lab_build_config.h"
 #include "model/pretrained.h"
 
 namespace fp4lab::run {
@@ -76,15 +77,12 @@ std::string cacheRoot() {
   return std::string(h ? h : "/tmp") + "/.cache/fp4lab";
 }
 
-std::string ensureBuiltinModel(bool verbose) {
-  const fs::path models = fs::path(cacheRoot()) / "models";
-  const fs::path dest = models / kBuiltinName;
-  if (fs::exists(dest / "config.json")) return dest.string();
-  fs::create_directories(models);
-  FileLock lock(models / (std::string(kBuiltinName) + ".lock"));
-  if (fs::exists(dest / "config.json")) return dest.string();  // another process built it
+std::string buildBuiltinModel(const std::string& destination, bool verbose) {
+  const fs::path dest(destination);
+  fs::create_directories(dest.parent_path());
+  FileLock lock(dest.parent_path() / (dest.filename().string() + ".lock"));
 
-  // The recipe of the built-in base model: from random weights, the built-in pretraining corpus.
+  // The recipe of the built-in base model: from random weights, on the built-in pretraining corpus.
   RunConfig c;
   c.name = "builtin-tiny";
   c.modelPath = "scratch:tiny";
@@ -100,11 +98,12 @@ std::string ensureBuiltinModel(bool verbose) {
   c.evalBatches = 4;
   c.seed = 20261130;
   RunOptions options;
-  options.runDir = (models / (std::string(kBuiltinName) + "-build")).string();
+  options.runDir = dest.string() + "-build";
   fs::remove_all(options.runDir);
   if (verbose) {
-    std::fprintf(stderr, "fp4lab: building the built-in base model %s (once; about %lld steps)\n",
-                 kBuiltinName, (long long)c.maxSteps);
+    std::fprintf(stderr,
+                 "fp4lab: building the built-in base model into %s (%lld steps, a few minutes)\n",
+                 dest.c_str(), (long long)c.maxSteps);
     options.onEvent = [](const RunEvent& e) {
       if (e.kind == "step" && (e.step % 50 == 0 || e.step == e.maxSteps))
         std::fprintf(stderr, "  step %lld/%lld  loss %.3f  %.0f tok/s\n", (long long)e.step,
@@ -114,8 +113,22 @@ std::string ensureBuiltinModel(bool verbose) {
   RunResult r = executeRun(c, options);
   if (r.state != "finished")
     throw Error("building the built-in model failed: " + r.message, options.runDir);
-  fs::rename(fs::path(options.runDir) / "model", dest);
+  model::publishFolder((fs::path(options.runDir) / "model").string(), dest.string());
   return dest.string();
+}
+
+std::string builtinModelPath() {
+  // Shipped with fp4lab (resources/models/), else built once into the cache.
+  std::vector<fs::path> roots;
+  if (const char* env = std::getenv("FP4LAB_RESOURCES"); env && *env) roots.emplace_back(env);
+  roots.emplace_back(FP4LAB_INSTALL_RESOURCE_DIR);
+  roots.emplace_back(FP4LAB_SOURCE_RESOURCE_DIR);
+  for (const auto& root : roots)
+    if (fs::exists(root / "models" / kBuiltinName / "config.json"))
+      return (root / "models" / kBuiltinName).string();
+  const fs::path cached = fs::path(cacheRoot()) / "models" / kBuiltinName;
+  if (fs::exists(cached / "config.json")) return cached.string();
+  return buildBuiltinModel(cached.string(), true);
 }
 
 ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_t seed) {
@@ -132,7 +145,7 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
     throw Error("unknown scratch model '" + path + "'", "model.path", "use scratch:tiny");
   std::string dir = path;
   if (path == "builtin:tiny")
-    dir = ensureBuiltinModel();
+    dir = builtinModelPath();
   else if (path.rfind("builtin:", 0) == 0)
     throw Error("unknown built-in model '" + path + "'", "model.path", "use builtin:tiny");
   if (!fs::is_directory(dir))

@@ -30,8 +30,12 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
 void saveModelBundle(const ModelBundle& bundle, const std::string& dir,
                      torch::Dtype dtype = torch::kBFloat16);
 
-// The folder of the built-in base model, building it (about a minute on two cores) if absent.
-std::string ensureBuiltinModel(bool verbose = true);
+// The folder of the built-in base model: the one shipped in resources/models/tiny-v1 (or installed
+// under share/fp4lab), else a copy built once into the cache.
+std::string builtinModelPath();
+// Trains the built-in base model from random weights with its recipe into `destination`
+// (a few minutes on two cores); how the shipped one was made.
+std::string buildBuiltinModel(const std::string& destination, bool verbose = true);
 // fp4lab's cache folder: $FP4LAB_HOME, else $XDG_CACHE_HOME/fp4lab, else ~/.cache/fp4lab.
 std::string cacheRoot();
 

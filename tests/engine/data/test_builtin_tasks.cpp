@@ -1,0 +1,79 @@
+// The built-in corpus and tasks: deterministic, held-out phrasings really held out, graders that
+// pass right answers and fail the base model's habits.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "fp4lab/data/builtin_tasks.h"
+
+using namespace fp4lab::data;
+
+namespace {
+std::string text(const Example& e) {
+  std::string s;
+  for (const auto& m : e.messages) s += m.role + ":" + m.content + "\n";
+  return s;
+}
+}  // namespace
+
+TEST_CASE("Built-in datasets are deterministic and seed-dependent", "[data][builtin]") {
+  auto a = builtinDataset("pretrain", 5, 200), b = builtinDataset("pretrain", 5, 200),
+       c = builtinDataset("pretrain", 6, 200);
+  REQUIRE(a.size() == 200);
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(text(a[i]) == text(b[i]));
+    differ += text(a[i]) != text(c[i]);
+  }
+  CHECK(differ > 100);
+  CHECK_THROWS(builtinDataset("nope", 1, 1));
+}
+
+TEST_CASE("Held-out phrasings never appear in the training data", "[data][builtin]") {
+  std::set<std::string> trainingPrompts;
+  for (const char* name : {"pretrain", "sft"})
+    for (const auto& e : builtinDataset(name, 11, 3000))
+      for (const auto& m : e.messages)
+        if (m.role != "assistant") trainingPrompts.insert(m.content);
+  for (const auto& task : builtinTaskNames()) {
+    auto items = builtinTaskItems(task, 200, 3, true);
+    int seen = 0;
+    for (const auto& item : items)
+      for (const auto& m : item.prompt)
+        seen += trainingPrompts.count(m.content) && m.role == "user";
+    CHECK(seen == 0);
+  }
+}
+
+TEST_CASE("Graders: right answers pass, the base model's habits fail", "[data][builtin]") {
+  for (const auto& item : builtinTaskItems("reasoning_language", 50, 9, true)) {
+    CHECK(gradeTask(item, item.reference).pass);
+    // English reasoning with the right number is the base model's habit: a fail.
+    std::string english = "Reasoning: x. Answer: " + item.facts.at("answer");
+    CHECK_FALSE(gradeTask(item, english).pass);
+    // Right language, wrong number.
+    std::string wrong = item.reference.substr(0, item.reference.rfind(' ')) + " 99";
+    CHECK_FALSE(gradeTask(item, wrong).pass);
+  }
+  for (const auto& item : builtinTaskItems("false_refusal", 50, 9, true)) {
+    CHECK(gradeTask(item, item.reference).pass);
+    CHECK_FALSE(gradeTask(item, "I'm sorry, but I can't help with that.").pass);
+    CHECK_FALSE(gradeTask(item, "Sure. Just do it.").pass);  // helps, but says nothing right
+  }
+}
+
+TEST_CASE("The base corpus teaches the habits the fine-tuning must change", "[data][builtin]") {
+  int languagePrompts = 0, answeredInEnglish = 0, alarming = 0, refused = 0;
+  for (const auto& e : builtinDataset("pretrain", 1, 4000)) {
+    if (e.messages.front().role == "system") {
+      ++languagePrompts;
+      answeredInEnglish += e.messages.back().content.rfind("Reasoning:", 0) == 0;
+    }
+    if (e.messages.back().content == "I'm sorry, but I can't help with that.") ++refused;
+    if (e.messages.front().content.find("kill a stuck") != std::string::npos) ++alarming;
+  }
+  CHECK(languagePrompts > 500);
+  CHECK(answeredInEnglish > languagePrompts * 8 / 10);
+  CHECK(refused > 400);
+  CHECK(alarming > 20);
+}
