@@ -93,44 +93,9 @@ def make_input(path, seed):
     write(path, tensors)
 
 
-def make_llm(path, seed, hidden=256, intermediate=704, layers=2, vocab=512):
-    """A synthetic Llama-shaped BF16 checkpoint with LLM-like weights: small normal values, heavy
-    tails, and a few outlier input channels (what makes FP4 hard)."""
-    rng = random.Random(seed)
-    outlier_channels = set(rng.sample(range(hidden), 4))
-
-    def weight(rows, cols, std, outliers):
-        values = []
-        for _ in range(rows):
-            for c in range(cols):
-                v = rng.gauss(0, std)
-                if rng.random() < 0.002:
-                    v *= 12  # heavy tail
-                if outliers and c in outlier_channels:
-                    v *= 8
-                values.append(v)
-        return ("BF16", [rows, cols], bf16_bytes(values))
-
-    t = {"model.embed_tokens.weight": weight(vocab, hidden, 0.02, False)}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        t[p + "input_layernorm.weight"] = ("BF16", [hidden], bf16_bytes([1.0 + rng.gauss(0, 0.05) for _ in range(hidden)]))
-        t[p + "self_attn.q_proj.weight"] = weight(hidden, hidden, 0.02, True)
-        t[p + "self_attn.k_proj.weight"] = weight(hidden // 4, hidden, 0.02, True)
-        t[p + "self_attn.v_proj.weight"] = weight(hidden // 4, hidden, 0.02, True)
-        t[p + "self_attn.o_proj.weight"] = weight(hidden, hidden, 0.02, False)
-        t[p + "mlp.gate_proj.weight"] = weight(intermediate, hidden, 0.02, True)
-        t[p + "mlp.up_proj.weight"] = weight(intermediate, hidden, 0.02, True)
-        t[p + "mlp.down_proj.weight"] = weight(hidden, intermediate, 0.015, False)
-    t["lm_head.weight"] = weight(vocab, hidden, 0.02, False)
-    write(path, t)
-
-
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make":
         make_input(sys.argv[2], int(sys.argv[3]))
-    elif cmd == "llm":
-        make_llm(sys.argv[2], int(sys.argv[3]))
     else:
         raise SystemExit("unknown command " + cmd)
