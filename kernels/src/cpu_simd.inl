@@ -178,10 +178,22 @@ struct Encoded {
 };
 
 // mx: scaled = |x| * 2^-e (factor); NVFP4: scaled = |x| / decoded (factor == decoded).
-inline Encoded encode(bool mx, float factor, float decoded, V x) {
+// The E2M1 index depends only on how |x| / scale compares with thresholds >= 0.25. For NVFP4 the
+// quotient is |x| times the double reciprocal of the scale, rounded to float: a quotient of two
+// floats is never exactly a float midpoint in the normal range (its odd part would need 25 bits)
+// and the double product is within 2^-52 of it, so the rounding is the division's; below 0.25
+// (where a subnormal could round differently) every value gets index 0 either way.
+inline V quotient(V a, double reciprocal) {
+  VD low = lowHalf(a) * reciprocal, high = highHalf(a) * reciprocal;
+  V8 l = __builtin_convertvector(low, V8), h = __builtin_convertvector(high, V8);
+  return __builtin_shufflevector(l, h, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+// mx: `factor` is 2^-e; NVFP4: `reciprocal` is 1 / decoded in double.
+inline Encoded encode(bool mx, float factor, double reciprocal, float decoded, V x) {
   VU bits = (VU)x;
   V a = (V)(bits & 0x7FFFFFFFu);
-  V scaled = mx ? a * factor : a / factor;
+  V scaled = mx ? a * factor : quotient(a, reciprocal);
   VI index = -((scaled > 0.25f) + (scaled >= 0.75f) + (scaled > 1.25f) + (scaled >= 1.75f) +
                (scaled > 2.5f) + (scaled >= 3.5f) + (scaled > 5.0f));
   VU idx = (VU)index;
@@ -371,12 +383,14 @@ void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* st
         s.multiplier = g.multiplier[i];
         s.finite = amaxBits[i] < 0x7F800000u;
         const float scaleFactor = mx ? s.multiplier : s.decoded;
+        const double reciprocal = 1.0 / double(s.decoded);
         if (M == Mode::Quantize) {
           uint8_t* dst = job.codes + (r * job.cols + c0) / 2;
           if (g.vectorOk[i]) {
             for (int v = 0; v < vecsPerBlock; ++v)
-              packCodes(encode(mx, scaleFactor, s.decoded, load(vals + v * kLanes)).codes,
-                        dst + v * 8);
+              packCodes(
+                  encode(mx, scaleFactor, reciprocal, s.decoded, load(vals + v * kLanes)).codes,
+                  dst + v * 8);
           } else {
             uint8_t codes[32];
             scalarBlockCodes(job, s, vals, r, c0, codes);
@@ -388,7 +402,8 @@ void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* st
         alignas(64) float q[32];
         if (g.vectorOk[i]) {
           for (int v = 0; v < vecsPerBlock; ++v)
-            store(q + v * kLanes, encode(mx, scaleFactor, s.decoded, load(vals + v * kLanes)).q);
+            store(q + v * kLanes,
+                  encode(mx, scaleFactor, reciprocal, s.decoded, load(vals + v * kLanes)).q);
         } else {
           uint8_t codes[32];
           scalarBlockCodes(job, s, vals, r, c0, codes);
