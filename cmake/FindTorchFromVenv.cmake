@@ -16,7 +16,7 @@ if(NOT Torch_DIR)
     message(FATAL_ERROR "No torch virtual environment at ${FP4LAB_PYTHON}. "
                         "Run packaging/install-deps.sh first (or pass -DFP4LAB_PYTHON=...).")
   endif()
-  execute_process(COMMAND "${FP4LAB_PYTHON}" -c "import torch, torch.utils; print(torch.utils.cmake_prefix_path, end='')"
+  execute_process(COMMAND "${FP4LAB_PYTHON}" -W ignore -c "import torch, torch.utils; print(torch.utils.cmake_prefix_path, end='')"
                   OUTPUT_VARIABLE _fp4lab_torch_prefix RESULT_VARIABLE _fp4lab_rc)
   if(NOT _fp4lab_rc EQUAL 0)
     message(FATAL_ERROR "${FP4LAB_PYTHON} cannot import torch; rerun packaging/install-deps.sh")

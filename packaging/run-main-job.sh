@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${FP4LAB_JOBS:-$(nproc)}
 bash packaging/install-deps.sh > /dev/null
-cmake --preset release > /dev/null
+cmake --preset release --log-level=ERROR > /dev/null
 cmake --build --preset release -j "$JOBS" --target fp4lab
 FP4LAB=build/release/app/fp4lab
 OUT=${FP4LAB_DEMO_DIR:-build/demo}
