@@ -213,16 +213,9 @@ int runEval(const std::vector<std::string>& argv) {
   int64_t tokens = 0;
   for (size_t i = 0; i < examples.size(); ++i) {
     const data::Example& e = examples[i];
-    std::vector<int32_t> ids;
-    std::vector<uint8_t> mask;
-    if (!e.inputIds.empty()) {
-      ids = e.inputIds;
-      mask.assign(ids.size(), 1);
-      mask[0] = 0;
-    } else {
-      data::TokenizedExample t = chat.apply(e.messages);
-      ids = t.ids, mask = t.lossMask;
-    }
+    data::TokenizedExample t = data::tokenize(e, chat);
+    const std::vector<int32_t>& ids = t.ids;
+    const std::vector<uint8_t>& mask = t.lossMask;
     if (ids.size() < 2) continue;
     const int64_t n = int64_t(ids.size()) - 1;
     torch::Tensor input = torch::empty({1, n}, torch::kLong),

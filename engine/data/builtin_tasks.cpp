@@ -5,19 +5,16 @@
 #include <algorithm>
 #include <array>
 
+#include "fp4lab/data/shuffle.h"
 #include "fp4lab/error.h"
 
 namespace fp4lab::data {
 namespace {
 
+// One seeded stream for every choice (data::SplitMix64, the same on every platform).
 struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  SplitMix64 stream;
+  uint64_t next() { return stream.next(); }
   size_t below(size_t n) { return size_t(next() % n); }
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }
   template <class T>
@@ -293,7 +290,7 @@ std::vector<std::string> builtinTaskNames() {
 
 std::vector<TaskItem> builtinTaskItems(const std::string& task, size_t count, uint64_t seed,
                                        bool heldOut) {
-  Rng rng{seed * 0x2545F4914F6CDD1Dull + (task == "false_refusal" ? 17 : 3)};
+  Rng rng{SplitMix64(seed * 0x2545F4914F6CDD1Dull + (task == "false_refusal" ? 17 : 3))};
   std::vector<TaskItem> items;
   for (size_t i = 0; i < count; ++i) {
     TaskItem item;
@@ -352,7 +349,7 @@ Grade gradeTask(const TaskItem& item, const std::string& response) {
 }
 
 std::vector<Example> builtinDataset(const std::string& name, uint64_t seed, size_t count) {
-  Rng rng{seed ^ 0x5DEECE66Dull};
+  Rng rng{SplitMix64(seed ^ 0x5DEECE66Dull)};
   std::vector<Example> out;
   out.reserve(count);
   if (name == "pretrain") {

@@ -210,22 +210,7 @@ DataBundle loadTrainingData(const RunConfig& config, const data::Tokenizer& toke
   auto tokenize = [&](const std::vector<data::Example>& examples) {
     std::vector<data::TokenizedExample> out;
     out.reserve(examples.size());
-    for (const auto& e : examples) {
-      if (!e.inputIds.empty()) {
-        data::TokenizedExample t;
-        t.ids = e.inputIds;
-        t.lossMask.assign(e.inputIds.size(), 1);
-        t.lossMask[0] = 0;
-        for (int32_t id : t.ids)
-          if (id < 0 || id >= tokenizer.vocabSize())
-            throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
-                            std::to_string(tokenizer.vocabSize()) + ")",
-                        e.source);
-        out.push_back(std::move(t));
-      } else {
-        out.push_back(chat.apply(e.messages));
-      }
-    }
+    for (const auto& e : examples) out.push_back(data::tokenize(e, chat));
     return out;
   };
   const int32_t pad = tokenizer.padId().value_or(tokenizer.eosId().value_or(0));

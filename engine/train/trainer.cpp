@@ -12,6 +12,7 @@
 #include <numeric>
 #include <nlohmann/json.hpp>
 
+#include "fp4lab/data/shuffle.h"
 #include "fp4lab/error.h"
 #include "train/schedule.h"
 
@@ -43,19 +44,12 @@ class AutocastGuard {
   bool m_previous = false;
 };
 
-// splitmix64: a tiny PRNG with the same stream everywhere (std:: distributions are not).
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
+// The same permutation on every platform: data::SplitMix64 (std:: distributions differ).
 std::vector<int64_t> epochOrder(size_t count, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> order(count);
   std::iota(order.begin(), order.end(), 0);
-  uint64_t s = seed ^ (0xD1B54A32D192ED03ull * uint64_t(epoch + 1));
-  for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[splitmix64(s) % i]);
+  data::SplitMix64 rng(seed ^ (0xD1B54A32D192ED03ull * uint64_t(epoch + 1)));
+  for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[rng.next() % i]);
   return order;
 }
 

@@ -13,6 +13,7 @@
 #include "fp4lab/kernels/fp4.h"
 #include "fp4lab/kernels/fp4_cuda.h"
 #include "last_error.h"
+#include "validate.h"
 
 namespace fp4lab::kernels::cuda {
 namespace {
@@ -207,7 +208,6 @@ __device__ __forceinline__ void hadamardOctet(float (&v)[kOctet], bool upper) {
 __device__ __forceinline__ uint32_t absBits(float f) {
   return floatBits(f) & 0x7FFFFFFFu;
 }
-
 
 // ---- Scales -----------------------------------------------------------------------------
 
@@ -522,44 +522,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- Host side: validation (the same checks and error classes as dispatch.cpp) ----------
-
-fp4_status validateConfig(const fp4_config* cfg) {
-  if (!cfg)
-    return fail(FP4_ERR_NULL_POINTER, "fp4_cuda: config is NULL (start from fp4_default_config)");
-  if (cfg->format != FP4_FORMAT_MXFP4 && cfg->format != FP4_FORMAT_NVFP4)
-    return fail(FP4_ERR_ARGUMENT,
-                "fp4_cuda: unknown format %d (use FP4_FORMAT_MXFP4 or FP4_FORMAT_NVFP4)",
-                int(cfg->format));
-  if (cfg->scale_rule != FP4_SCALE_RULE_CEIL && cfg->scale_rule != FP4_SCALE_RULE_FLOOR)
-    return fail(FP4_ERR_ARGUMENT, "fp4_cuda: unknown scale rule %d (ceil or floor)",
-                int(cfg->scale_rule));
-  if (cfg->rounding != FP4_ROUNDING_NEAREST_EVEN && cfg->rounding != FP4_ROUNDING_STOCHASTIC)
-    return fail(FP4_ERR_ARGUMENT, "fp4_cuda: unknown rounding mode %d", int(cfg->rounding));
-  if (cfg->nvfp4_2d_blocks && cfg->format != FP4_FORMAT_NVFP4)
-    return fail(FP4_ERR_ARGUMENT,
-                "fp4_cuda: 16x16 2-D blocks exist for NVFP4 only (MXFP4 blocks are 1x32)");
-  return FP4_OK;
-}
-
-fp4_status validateShape(const fp4_config* cfg, int64_t rows, int64_t cols) {
-  int block = fp4_block_size(cfg->format);
-  if (rows < 0 || cols < 0)
-    return fail(FP4_ERR_SHAPE, "fp4_cuda: negative shape %lld x %lld", (long long)rows,
-                (long long)cols);
-  if (cols % block != 0)
-    return fail(FP4_ERR_SHAPE,
-                "fp4_cuda: the last dimension (%lld) is not a multiple of the %s block size %d "
-                "(pad the tensor or keep it in high precision)",
-                (long long)cols, cfg->format == FP4_FORMAT_MXFP4 ? "MXFP4" : "NVFP4", block);
-  if (cfg->hadamard && cols % kHadamardSize != 0)
-    return fail(FP4_ERR_SHAPE,
-                "fp4_cuda: the Hadamard transform needs a last dimension divisible by 16");
-  if (cols > 0 && rows > INT64_MAX / 2 / cols)
-    return fail(FP4_ERR_SHAPE, "fp4_cuda: %lld x %lld elements overflow", (long long)rows,
-                (long long)cols);
-  return FP4_OK;
-}
+// ---- Host side: validation is shared with dispatch.cpp (validate.h) ---------------------
 
 bool alignedTo(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
@@ -822,6 +785,8 @@ fp4_status makePlan(const fp4_config* cfg, int64_t rows, int64_t cols, float ten
 
 using namespace fp4lab;
 using namespace fp4lab::kernels::cuda;
+using fp4lab::kernels::validateConfig;
+using fp4lab::kernels::validateShape;
 
 extern "C" {
 

@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "last_error.h"
+#include "validate.h"
 
 namespace fp4lab::kernels {
 namespace {
@@ -125,42 +126,6 @@ void forEachChunk(int64_t rows, int64_t cols, Fn&& fn) {
   for (auto& th : pool) th.join();
 }
 
-fp4_status validateConfig(const fp4_config* cfg) {
-  if (!cfg)
-    return fail(FP4_ERR_NULL_POINTER, "fp4: config is NULL (start from fp4_default_config)");
-  if (cfg->format != FP4_FORMAT_MXFP4 && cfg->format != FP4_FORMAT_NVFP4)
-    return fail(FP4_ERR_ARGUMENT,
-                "fp4: unknown format %d (use FP4_FORMAT_MXFP4 or FP4_FORMAT_NVFP4)",
-                int(cfg->format));
-  if (cfg->scale_rule != FP4_SCALE_RULE_CEIL && cfg->scale_rule != FP4_SCALE_RULE_FLOOR)
-    return fail(FP4_ERR_ARGUMENT, "fp4: unknown scale rule %d (ceil or floor)",
-                int(cfg->scale_rule));
-  if (cfg->rounding != FP4_ROUNDING_NEAREST_EVEN && cfg->rounding != FP4_ROUNDING_STOCHASTIC)
-    return fail(FP4_ERR_ARGUMENT, "fp4: unknown rounding mode %d", int(cfg->rounding));
-  if (cfg->nvfp4_2d_blocks && cfg->format != FP4_FORMAT_NVFP4)
-    return fail(FP4_ERR_ARGUMENT,
-                "fp4: 16x16 2-D blocks exist for NVFP4 only (MXFP4 blocks are 1x32)");
-  return FP4_OK;
-}
-
-fp4_status validateShape(const fp4_config* cfg, int64_t rows, int64_t cols) {
-  int block = fp4_block_size(cfg->format);
-  if (rows < 0 || cols < 0)
-    return fail(FP4_ERR_SHAPE, "fp4: negative shape %lld x %lld", (long long)rows, (long long)cols);
-  if (cols % block != 0)
-    return fail(FP4_ERR_SHAPE,
-                "fp4: the last dimension (%lld) is not a multiple of the %s block size %d "
-                "(pad the tensor or keep it in high precision)",
-                (long long)cols, cfg->format == FP4_FORMAT_MXFP4 ? "MXFP4" : "NVFP4", block);
-  if (cfg->hadamard && cols % kHadamardSize != 0)
-    return fail(FP4_ERR_SHAPE,
-                "fp4: the Hadamard transform needs a last dimension divisible by 16");
-  if (cols > 0 && rows > INT64_MAX / 2 / cols)
-    return fail(FP4_ERR_SHAPE, "fp4: %lld x %lld elements overflow", (long long)rows,
-                (long long)cols);
-  return FP4_OK;
-}
-
 bool misaligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % alignof(float) != 0;
 }
@@ -201,6 +166,43 @@ fp4_status resolveGlobalScale(Job& job, float tensorAmax) {
 }
 
 }  // namespace
+
+fp4_status validateConfig(const fp4_config* cfg) {
+  if (!cfg)
+    return fail(FP4_ERR_NULL_POINTER, "fp4: config is NULL (start from fp4_default_config)");
+  if (cfg->format != FP4_FORMAT_MXFP4 && cfg->format != FP4_FORMAT_NVFP4)
+    return fail(FP4_ERR_ARGUMENT,
+                "fp4: unknown format %d (use FP4_FORMAT_MXFP4 or FP4_FORMAT_NVFP4)",
+                int(cfg->format));
+  if (cfg->scale_rule != FP4_SCALE_RULE_CEIL && cfg->scale_rule != FP4_SCALE_RULE_FLOOR)
+    return fail(FP4_ERR_ARGUMENT, "fp4: unknown scale rule %d (ceil or floor)",
+                int(cfg->scale_rule));
+  if (cfg->rounding != FP4_ROUNDING_NEAREST_EVEN && cfg->rounding != FP4_ROUNDING_STOCHASTIC)
+    return fail(FP4_ERR_ARGUMENT, "fp4: unknown rounding mode %d", int(cfg->rounding));
+  if (cfg->nvfp4_2d_blocks && cfg->format != FP4_FORMAT_NVFP4)
+    return fail(FP4_ERR_ARGUMENT,
+                "fp4: 16x16 2-D blocks exist for NVFP4 only (MXFP4 blocks are 1x32)");
+  return FP4_OK;
+}
+
+fp4_status validateShape(const fp4_config* cfg, int64_t rows, int64_t cols) {
+  int block = fp4_block_size(cfg->format);
+  if (rows < 0 || cols < 0)
+    return fail(FP4_ERR_SHAPE, "fp4: negative shape %lld x %lld", (long long)rows, (long long)cols);
+  if (cols % block != 0)
+    return fail(FP4_ERR_SHAPE,
+                "fp4: the last dimension (%lld) is not a multiple of the %s block size %d "
+                "(pad the tensor or keep it in high precision)",
+                (long long)cols, cfg->format == FP4_FORMAT_MXFP4 ? "MXFP4" : "NVFP4", block);
+  if (cfg->hadamard && cols % kHadamardSize != 0)
+    return fail(FP4_ERR_SHAPE,
+                "fp4: the Hadamard transform needs a last dimension divisible by 16");
+  if (cols > 0 && rows > INT64_MAX / 2 / cols)
+    return fail(FP4_ERR_SHAPE, "fp4: %lld x %lld elements overflow", (long long)rows,
+                (long long)cols);
+  return FP4_OK;
+}
+
 }  // namespace fp4lab::kernels
 
 using namespace fp4lab;
