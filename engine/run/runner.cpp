@@ -18,6 +18,7 @@
 #include "fp4lab/data/builtin_tasks.h"
 #include "fp4lab/error.h"
 #include "fp4lab/log/run_log.h"
+#include "model/files.h"
 #include "run/model_source.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -37,19 +38,6 @@ std::string utcNow(const char* format = "%Y-%m-%dT%H:%M:%SZ") {
   return buf;
 }
 
-void writeAtomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out)
-      throw Error("cannot write", tmp.string(), "is the disk full or the folder read-only?");
-  }
-  fs::rename(tmp, path);
-}
-
 void writeStatus(const fs::path& runDir, const std::string& state, int64_t step, int64_t maxSteps,
                  const std::string& message = {}) {
   nlohmann::json s = {{"state", state},
@@ -58,7 +46,7 @@ void writeStatus(const fs::path& runDir, const std::string& state, int64_t step,
                       {"max_steps", maxSteps},
                       {"updated_utc", utcNow()}};
   if (!message.empty()) s["message"] = message;
-  writeAtomically(runDir / "status.json", s.dump(2) + "\n");
+  model::files::writeFileAtomically((runDir / "status.json").string(), s.dump(2) + "\n");
 }
 
 // Reports of the training loop, fanned out to the log, the events and status.json.
@@ -196,7 +184,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   DataBundle dataBundle = loadTrainingData(config, *bundle.tokenizer);
 
   fs::create_directories(runDir);
-  if (!resuming) writeAtomically(runDir / "run.yaml", config.toYaml());
+  if (!resuming) model::files::writeFileAtomically((runDir / "run.yaml").string(), config.toYaml());
   writeStatus(runDir, "running", 0, config.maxSteps);
   const std::string logPath = (runDir / "log.h5").string();
   std::unique_ptr<train::Recipe> recipe = train::makeRecipe(config);

@@ -14,6 +14,7 @@
 
 #include "fp4lab/data/shuffle.h"
 #include "fp4lab/error.h"
+#include "model/files.h"
 #include "train/schedule.h"
 
 namespace fp4lab::train {
@@ -51,17 +52,6 @@ std::vector<int64_t> epochOrder(size_t count, uint64_t seed, int64_t epoch) {
   data::SplitMix64 rng(seed ^ (0xD1B54A32D192ED03ull * uint64_t(epoch + 1)));
   for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[rng.next() % i]);
   return order;
-}
-
-void writeFileAtomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) throw Error("cannot write", tmp.string(), "is the disk full?");
-  }
-  fs::rename(tmp, path);
 }
 
 }  // namespace
@@ -222,7 +212,7 @@ void Trainer::saveCheckpoint() {
   nlohmann::json state = {{"step", m_state.step},          {"tokens", m_state.tokens},
                           {"epoch", m_state.epoch},        {"cursor", m_state.cursor},
                           {"wall_s", m_state.wallSeconds}, {"seed", m_config.seed}};
-  writeFileAtomically(tmp / "trainer_state.json", state.dump(2) + "\n");
+  model::files::writeFileAtomically((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
   fs::remove_all(final);
   fs::rename(tmp, final);
   m_lastCheckpoint = final.string();
