@@ -181,6 +181,58 @@ TEST_CASE("Optimized backends equal the reference: options", "[backends][options
   }
 }
 
+// runAll always asks for statistics; this covers the kernels' separate no-statistics path (y
+// only, and in place), at widths with a partial group of 16 blocks and with none.
+TEST_CASE("Optimized backends equal the reference: fake-quant without statistics",
+          "[backends][fake]") {
+  for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+    const int64_t b = fp4_block_size(f);
+    const std::vector<Shape> shapes = {{1, b},       {3, 2 * b},  {7, 3 * b}, {5, 16 * b},
+                                       {33, 17 * b}, {2, 31 * b}, {9, 4096},  {17, 48 * b}};
+    std::vector<fp4_config> configs(4, fp4_default_config(f));
+    configs[1].hadamard = 1;
+    configs[2].scale_rule = FP4_SCALE_RULE_FLOOR;
+    if (f == FP4_FORMAT_NVFP4) configs[2].nvfp4_2d_blocks = 1;
+    configs[3].rounding = FP4_ROUNDING_STOCHASTIC;
+    uint64_t seed = 1100;
+    for (const fp4_config& cfg : configs) {
+      for (Distribution d : kAllDistributions) {
+        for (Shape s : shapes) {
+          std::vector<float> x = makeData(d, s.rows, s.cols, seed++);
+          if (seed % 3 == 0) x[size_t(seed) % x.size()] = seed % 2 ? NAN : -INFINITY;
+          for (float amaxFactor : {-1.0f, 0.3f}) {
+            if (amaxFactor > 0 && f != FP4_FORMAT_NVFP4) continue;
+            float amax =
+                amaxFactor > 0 ? fp4_tensor_amax(x.data(), int64_t(x.size())) * amaxFactor : -1.0f;
+            std::vector<float> ref(x.size(), -7.0f);
+            {
+              BackendScope scope(FP4_BACKEND_REFERENCE);
+              REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, ref.data(), nullptr,
+                                        nullptr, nullptr) == FP4_OK);
+            }
+            for (fp4_backend be : optimizedBackends()) {
+              BackendScope scope(be);
+              INFO(describe(cfg, d, s, fp4_backend_name(be)) << ", tensor amax " << amax);
+              std::vector<float> got(x.size(), -7.0f), inPlace = x, amaxOnly(x.size(), -7.0f);
+              std::vector<float> blockAmax(size_t(fp4_scale_count(f, s.rows, s.cols)));
+              REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, got.data(), nullptr,
+                                        nullptr, nullptr) == FP4_OK);
+              CHECK(firstDifference(got, ref) == -1);
+              REQUIRE(fp4_fake_quantize(&cfg, inPlace.data(), s.rows, s.cols, amax, inPlace.data(),
+                                        nullptr, nullptr, nullptr) == FP4_OK);
+              CHECK(firstDifference(inPlace, ref) == -1);
+              // A per-block output alone takes the statistics path.
+              REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, amaxOnly.data(),
+                                        nullptr, nullptr, blockAmax.data()) == FP4_OK);
+              CHECK(firstDifference(amaxOnly, ref) == -1);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("Hadamard transform: optimized equals reference, inverse restores the input",
           "[backends][hadamard]") {
   std::vector<float> x = makeData(Distribution::HeavyTailed, 19, 256, 900);
