@@ -99,6 +99,7 @@ struct BlockScale {
 // ---- Statistics, accumulated in double lanes (fp32 squares overflow beyond 1e19) --------
 
 typedef double VD __attribute__((vector_size(64)));
+typedef double VD16 __attribute__((vector_size(128)));
 typedef float V8 __attribute__((vector_size(32)));
 
 inline VD lowHalf(V v) {
@@ -172,11 +173,6 @@ void scalarBlockCodes(const Job& job, const BlockScale& s, const float* vals, in
 
 // ---- Vector element path ----------------------------------------------------------------
 
-struct Encoded {
-  VU codes;  // sign << 3 | index
-  V q;       // dequantized value
-};
-
 // mx: scaled = |x| * 2^-e (factor); NVFP4: scaled = |x| / decoded (factor == decoded).
 // The E2M1 index depends only on how |x| / scale compares with thresholds >= 0.25. For NVFP4 the
 // quotient is |x| times the double reciprocal of the scale, rounded to float: a quotient of two
@@ -184,26 +180,40 @@ struct Encoded {
 // and the double product is within 2^-52 of it, so the rounding is the division's; below 0.25
 // (where a subnormal could round differently) every value gets index 0 either way.
 inline V quotient(V a, double reciprocal) {
-  VD low = lowHalf(a) * reciprocal, high = highHalf(a) * reciprocal;
-  V8 l = __builtin_convertvector(low, V8), h = __builtin_convertvector(high, V8);
-  return __builtin_shufflevector(l, h, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  // One 16-lane conversion each way: GCC 12 compiles it to two 512-bit ones, where converting
+  // the two halves separately becomes eight 128-bit conversions.
+  return __builtin_convertvector(__builtin_convertvector(a, VD16) * reciprocal, V);
 }
 
-// mx: `factor` is 2^-e; NVFP4: `reciprocal` is 1 / decoded in double.
-inline Encoded encode(bool mx, float factor, double reciprocal, float decoded, V x) {
-  VU bits = (VU)x;
-  V a = (V)(bits & 0x7FFFFFFFu);
-  V scaled = mx ? a * factor : quotient(a, reciprocal);
-  VI index = -((scaled > 0.25f) + (scaled >= 0.75f) + (scaled > 1.25f) + (scaled >= 1.75f) +
-               (scaled > 2.5f) + (scaled >= 3.5f) + (scaled > 5.0f));
-  VU idx = (VU)index;
-  VU sign = bits & 0x80000000u;
-  // E2M1 magnitude bits: index >= 2 is 2^(e-1) (1 + m/2) = ((index + 252) << 22); 1 is 0.5.
-  VU magnitude = idx >= 2u ? (idx + 252u) << 22 : (idx == 1u ? splatU(0x3F000000u) : VU{});
-  Encoded e;
-  e.codes = (sign >> 28) | idx;
-  e.q = (V)(magnitude | sign) * decoded;
-  return e;
+// E2M1 round to nearest even of magnitudes s >= 0 (not NaN), as the E2M1 values themselves: below
+// 2 the grid step is 0.5, in [2, 4) 1, in [4, 6] 2, so adding and subtracting 2^22, 2^23 or 2^24
+// rounds to the grid with the FPU's ties-to-even, which are e2m1NearestIndex's ties (0.25->0,
+// 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4). Everything above 6 saturates to 6.
+inline V e2m1Round(V s) {
+  s = s < 6.0f ? s : splat(6.0f);
+  V magic = (V)(maxU((VU)s & 0x7F800000u, splatU(0x3F800000u)) + (22u << 23));
+  return (s + magic) - magic;
+}
+
+// The E2M1 magnitudes (as float bits) of 16 elements. mx: `factor` is 2^-e; NVFP4: `reciprocal`
+// is 1 / decoded in double.
+inline VU e2m1Magnitudes(bool mx, float factor, double reciprocal, V x) {
+  V a = (V)((VU)x & 0x7FFFFFFFu);
+  return (VU)e2m1Round(mx ? a * factor : quotient(a, reciprocal));
+}
+
+// Codes (sign << 3 | index) of 16 elements.
+inline VU encodeCodes(bool mx, float factor, double reciprocal, V x) {
+  VU rounded = e2m1Magnitudes(mx, factor, reciprocal, x);
+  // 0 and 0.5 are indices 0 and 1; from 1.0 = 0x3F800000 on, the exponent and the single
+  // mantissa bit count up from index 2.
+  VU idx = rounded >= 0x3F800000u ? (rounded >> 22) - 252u : rounded >> 29;
+  return ((VU)x & 0x80000000u) >> 28 | idx;
+}
+
+// Fake-quantized values of 16 elements: the signed E2M1 value times the decoded scale.
+inline V fakeQuant(bool mx, float factor, double reciprocal, float decoded, V x) {
+  return (V)(e2m1Magnitudes(mx, factor, reciprocal, x) | ((VU)x & 0x80000000u)) * decoded;
 }
 
 inline void packCodes(VU codes, uint8_t* dst) {
@@ -271,9 +281,10 @@ inline VI exp2Bits(VI biased) {
 }
 
 struct GroupScales {
-  alignas(64) float decoded[kLanes];     // 2^e, or float(E4M3) * s2; NaN for non-finite blocks
-  alignas(64) float multiplier[kLanes];  // MXFP4: 2^-e
-  alignas(64) int32_t vectorOk[kLanes];  // finite, non-zero scale, nearest rounding
+  alignas(64) float decoded[kLanes];      // 2^e, or float(E4M3) * s2; NaN for non-finite blocks
+  alignas(64) float multiplier[kLanes];   // MXFP4: 2^-e
+  alignas(64) double reciprocal[kLanes];  // NVFP4: 1 / decoded, correctly rounded in double
+  alignas(64) int32_t vectorOk[kLanes];   // finite, non-zero scale, nearest rounding
   alignas(64) int32_t bytes[kLanes];
 };
 
@@ -309,6 +320,12 @@ inline void groupScales(const Job& job, VU amaxBits, GroupScales& g) {
   if (job.cfg.rounding == FP4_ROUNDING_STOCHASTIC) ok = VI{};
   std::memcpy(g.decoded, &decoded, sizeof decoded);
   std::memcpy(g.multiplier, &multiplier, sizeof multiplier);
+  if (job.cfg.format == FP4_FORMAT_NVFP4) {
+    // Two vector divisions per 16 blocks instead of a scalar one per block.
+    VD low = 1.0 / lowHalf(decoded), high = 1.0 / highHalf(decoded);
+    std::memcpy(g.reciprocal, &low, sizeof low);
+    std::memcpy(g.reciprocal + kLanes / 2, &high, sizeof high);
+  }
   std::memcpy(g.vectorOk, &ok, sizeof ok);
   std::memcpy(g.bytes, &bytes, sizeof bytes);
 }
@@ -333,14 +350,37 @@ void tileAmaxBits(const Job& job, int64_t r, int64_t rEnd, std::vector<uint32_t>
 
 enum class Mode { Quantize, Fake, FakeWithStats };
 
-// Quantizes (or fake-quantizes) rows [row0, row1) in groups of up to 16 blocks.
-template <Mode M>
+// Codes, or fake-quantized values, of `count` consecutive blocks that all take the vector path.
+template <int Block>
+void vectorBlocksCodes(const float* in, const GroupScales& g, int count, uint8_t* codes) {
+  constexpr bool mx = Block == kMxfp4BlockSize;
+  for (int i = 0; i < count; ++i)
+    for (int v = 0; v < Block / kLanes; ++v) {
+      V x = load(in + i * Block + v * kLanes);
+      packCodes(encodeCodes(mx, g.multiplier[i], mx ? 0.0 : g.reciprocal[i], x),
+                codes + (i * Block + v * kLanes) / 2);
+    }
+}
+
+// y may be `in` (fake quantization in place): each vector is read before it is written.
+template <int Block>
+void vectorBlocksFake(const float* in, const GroupScales& g, int count, float* y) {
+  constexpr bool mx = Block == kMxfp4BlockSize;
+  for (int i = 0; i < count; ++i)
+    for (int v = 0; v < Block / kLanes; ++v) {
+      V x = load(in + i * Block + v * kLanes);
+      store(y + i * Block + v * kLanes,
+            fakeQuant(mx, g.multiplier[i], mx ? 0.0 : g.reciprocal[i], g.decoded[i], x));
+    }
+}
+
+// Quantizes (or fake-quantizes) rows [row0, row1) in groups of up to 16 blocks of Block floats.
+template <Mode M, int Block>
 void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* stats) {
-  const int block = job.block;
-  const int vecsPerBlock = block / kLanes;
-  const int64_t blocks = job.cols / block;
+  constexpr int vecsPerBlock = Block / kLanes;
+  constexpr bool mx = Block == kMxfp4BlockSize;
+  const int64_t blocks = job.cols / Block;
   const bool tiles = job.cfg.nvfp4_2d_blocks != 0;
-  const bool mx = job.cfg.format == FP4_FORMAT_MXFP4;
   std::vector<uint32_t> tile;
   StatsAccumulator acc(stats);
   alignas(64) float rotated[kLanes * 32];
@@ -349,9 +389,9 @@ void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* st
     if (tiles && (r - row0) % 16 == 0) tileAmaxBits(job, r, std::min(r + 16, row1), tile);
     for (int64_t b0 = 0; b0 < blocks; b0 += kLanes) {
       const int count = int(std::min<int64_t>(kLanes, blocks - b0));
-      const float* in = job.x + r * job.cols + b0 * block;
+      const float* in = job.x + r * job.cols + b0 * Block;
       if (job.cfg.hadamard) {
-        hadamard(in, rotated, int64_t(count) * block, false);
+        hadamard(in, rotated, int64_t(count) * Block, false);
         in = rotated;
       }
       VU amaxBits;
@@ -365,7 +405,7 @@ void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* st
           VU m{};
           if (i < count)
             for (int v = 0; v < vecsPerBlock; ++v)
-              m = maxU(m, (VU)load(in + i * block + v * kLanes) & 0x7FFFFFFFu);
+              m = maxU(m, (VU)load(in + i * Block + v * kLanes) & 0x7FFFFFFFu);
           perBlock[i] = m;
         }
         amaxBits = reduceMax16(perBlock);
@@ -373,61 +413,81 @@ void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* st
       groupScales(job, amaxBits, g);
       if (M == Mode::Quantize)
         for (int i = 0; i < count; ++i) job.scales[r * blocks + b0 + i] = uint8_t(g.bytes[i]);
+      int vectorBlocks = 0;
+      while (vectorBlocks < count && g.vectorOk[vectorBlocks]) ++vectorBlocks;
+      if (M != Mode::FakeWithStats && vectorBlocks == count) {
+        // The common case, without a call in the loop so that its constants stay in registers.
+        const int64_t flat = r * job.cols + b0 * Block;
+        if (M == Mode::Quantize)
+          vectorBlocksCodes<Block>(in, g, count, job.codes + flat / 2);
+        else if (job.y)
+          vectorBlocksFake<Block>(in, g, count, job.y + flat);
+        continue;
+      }
 
       for (int i = 0; i < count; ++i) {
-        const float* vals = in + i * block;
-        const int64_t c0 = (b0 + i) * block, bi = r * blocks + b0 + i;
-        BlockScale s;
-        s.byte = uint8_t(g.bytes[i]);
-        s.decoded = g.decoded[i];
-        s.multiplier = g.multiplier[i];
-        s.finite = amaxBits[i] < 0x7F800000u;
-        const float scaleFactor = mx ? s.multiplier : s.decoded;
-        const double reciprocal = 1.0 / double(s.decoded);
-        if (M == Mode::Quantize) {
-          uint8_t* dst = job.codes + (r * job.cols + c0) / 2;
-          if (g.vectorOk[i]) {
-            for (int v = 0; v < vecsPerBlock; ++v)
-              packCodes(
-                  encode(mx, scaleFactor, reciprocal, s.decoded, load(vals + v * kLanes)).codes,
-                  dst + v * 8);
-          } else {
-            uint8_t codes[32];
-            scalarBlockCodes(job, s, vals, r, c0, codes);
-            packScalarCodes(codes, block, dst);
-          }
-          continue;
-        }
-        float* y = job.y ? job.y + r * job.cols + c0 : nullptr;
-        alignas(64) float q[32];
-        if (g.vectorOk[i]) {
-          for (int v = 0; v < vecsPerBlock; ++v)
-            store(q + v * kLanes,
-                  encode(mx, scaleFactor, reciprocal, s.decoded, load(vals + v * kLanes)).q);
-        } else {
-          uint8_t codes[32];
-          scalarBlockCodes(job, s, vals, r, c0, codes);
-          for (int e = 0; e < block; ++e) q[e] = e2m1Decode(codes[e]) * s.decoded;
-        }
-        if (y) std::memcpy(y, q, sizeof(float) * size_t(block));
-        if (M != Mode::FakeWithStats) continue;
+        const float* vals = in + i * Block;
+        const int64_t c0 = (b0 + i) * Block, bi = r * blocks + b0 + i;
+        const float decoded = g.decoded[i];
+        const bool finite = amaxBits[i] < 0x7F800000u;
+        float* y = M != Mode::Quantize && job.y ? job.y + r * job.cols + c0 : nullptr;
         double blockErr = 0.0;
-        if (!s.finite) {
-          for (int e = 0; e < block; ++e) stats->nonfinite += !isFiniteFloat(vals[e]);
-        } else {
-          float clipLimit = s.decoded > 0.0f ? 6.0f * s.decoded : 0.0f;
+        if (g.vectorOk[i]) {
+          const float clipLimit = 6.0f * decoded;
           for (int v = 0; v < vecsPerBlock; ++v) {
             V x = load(vals + v * kLanes);
-            blockErr += acc.add(x, load(q + v * kLanes), (V)((VU)x & 0x7FFFFFFFu), clipLimit);
+            const double reciprocal = mx ? 0.0 : g.reciprocal[i];
+            if (M == Mode::Quantize) {
+              packCodes(encodeCodes(mx, g.multiplier[i], reciprocal, x),
+                        job.codes + (r * job.cols + c0) / 2 + v * 8);
+              continue;
+            }
+            V q = fakeQuant(mx, g.multiplier[i], reciprocal, decoded, x);
+            if (y) store(y + v * kLanes, q);
+            if (M == Mode::FakeWithStats)
+              blockErr += acc.add(x, q, (V)((VU)x & 0x7FFFFFFFu), clipLimit);
+          }
+        } else {
+          BlockScale s;
+          s.byte = uint8_t(g.bytes[i]);
+          s.decoded = decoded;
+          s.finite = finite;
+          uint8_t codes[32];
+          scalarBlockCodes(job, s, vals, r, c0, codes);
+          if (M == Mode::Quantize) {
+            packScalarCodes(codes, Block, job.codes + (r * job.cols + c0) / 2);
+            continue;
+          }
+          alignas(64) float q[32];
+          for (int e = 0; e < Block; ++e) q[e] = e2m1Decode(codes[e]) * decoded;
+          if (y) std::memcpy(y, q, sizeof(float) * size_t(Block));
+          if (M != Mode::FakeWithStats) continue;
+          if (!finite) {
+            for (int e = 0; e < Block; ++e) stats->nonfinite += !isFiniteFloat(vals[e]);
+          } else {
+            float clipLimit = decoded > 0.0f ? 6.0f * decoded : 0.0f;
+            for (int v = 0; v < vecsPerBlock; ++v) {
+              V x = load(vals + v * kLanes);
+              blockErr += acc.add(x, load(q + v * kLanes), (V)((VU)x & 0x7FFFFFFFu), clipLimit);
+            }
           }
         }
+        if (M != Mode::FakeWithStats) continue;
         const float nan = bitsToFloat(0x7FC00000u);
-        if (job.blockSqErr) job.blockSqErr[bi] = s.finite ? float(blockErr) : nan;
-        if (job.blockAmax) job.blockAmax[bi] = s.finite ? bitsToFloat(amaxBits[i]) : nan;
+        if (job.blockSqErr) job.blockSqErr[bi] = finite ? float(blockErr) : nan;
+        if (job.blockAmax) job.blockAmax[bi] = finite ? bitsToFloat(amaxBits[i]) : nan;
       }
     }
   }
   if (M == Mode::FakeWithStats) acc.flush();
+}
+
+template <Mode M>
+void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* stats) {
+  if (job.block == kMxfp4BlockSize)
+    processRows<M, kMxfp4BlockSize>(job, row0, row1, stats);
+  else
+    processRows<M, kNvfp4BlockSize>(job, row0, row1, stats);
 }
 
 void quantize(const Job& job, int64_t row0, int64_t row1) {
