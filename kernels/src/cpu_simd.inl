@@ -5,6 +5,10 @@
 #include <cstring>
 #include <vector>
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
 #include "backend.h"
 
 namespace fp4lab::kernels::FP4LAB_SIMD_NS {
@@ -216,6 +220,21 @@ inline V fakeQuant(bool mx, float factor, double reciprocal, float decoded, V x)
   return (V)(e2m1Magnitudes(mx, factor, reciprocal, x) | ((VU)x & 0x80000000u)) * decoded;
 }
 
+#ifdef __AVX512F__
+// NVFP4 with FMA (AVX-512 has it): the quotient |x| / decoded correctly rounded in float, by
+// Markstein's theorem: with inverse = RN(1 / decoded) and q = RN(|x| * inverse), the remainder
+// |x| - q * decoded is exact and RN(q + remainder * inverse) is RN(|x| / decoded), provided
+// nothing overflows or underflows (groupScales admits only blocks where that holds).
+inline V fakeQuantFma(float inverse, float decoded, V x) {
+  V a = (V)((VU)x & 0x7FFFFFFFu);
+  __m512 av = (__m512)a, inv = (__m512)splat(inverse), d = (__m512)splat(decoded);
+  __m512 q = _mm512_mul_ps(av, inv);
+  __m512 remainder = _mm512_fnmadd_ps(q, d, av);
+  V scaled = (V)_mm512_fmadd_ps(remainder, inv, q);
+  return (V)((VU)e2m1Round(scaled) | ((VU)x & 0x80000000u)) * decoded;
+}
+#endif
+
 inline void packCodes(VU codes, uint8_t* dst) {
   VU8 even = __builtin_shufflevector(codes, codes, 0, 2, 4, 6, 8, 10, 12, 14);
   VU8 odd = __builtin_shufflevector(codes, codes, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -284,6 +303,8 @@ struct GroupScales {
   alignas(64) float decoded[kLanes];      // 2^e, or float(E4M3) * s2; NaN for non-finite blocks
   alignas(64) float multiplier[kLanes];   // MXFP4: 2^-e
   alignas(64) double reciprocal[kLanes];  // NVFP4: 1 / decoded, correctly rounded in double
+  alignas(64) float inverse[kLanes];      // NVFP4: 1 / decoded, correctly rounded in float
+  alignas(64) int32_t fmaOk[kLanes];      // NVFP4: vectorOk, and fakeQuantFma is exact
   alignas(64) int32_t vectorOk[kLanes];   // finite, non-zero scale, nearest rounding
   alignas(64) int32_t bytes[kLanes];
 };
@@ -322,9 +343,15 @@ inline void groupScales(const Job& job, VU amaxBits, GroupScales& g) {
   std::memcpy(g.multiplier, &multiplier, sizeof multiplier);
   if (job.cfg.format == FP4_FORMAT_NVFP4) {
     // Two vector divisions per 16 blocks instead of a scalar one per block.
-    VD low = 1.0 / lowHalf(decoded), high = 1.0 / highHalf(decoded);
-    std::memcpy(g.reciprocal, &low, sizeof low);
-    std::memcpy(g.reciprocal + kLanes / 2, &high, sizeof high);
+    VD16 reciprocal = 1.0 / __builtin_convertvector(decoded, VD16);
+    std::memcpy(g.reciprocal, &reciprocal, sizeof reciprocal);
+    // fakeQuantFma's bounds: a normal inverse, quotients below 2^20 (so no overflow), and a
+    // decoded scale large enough that the remainder of a quotient >= 0.25 cannot underflow.
+    V inverse = 1.0f / decoded;
+    VI fmaOk =
+        ok & (decoded >= 0x1p-100f) & (decoded <= 0x1p100f) & ((V)amaxBits <= decoded * 0x1p20f);
+    std::memcpy(g.inverse, &inverse, sizeof inverse);
+    std::memcpy(g.fmaOk, &fmaOk, sizeof fmaOk);
   }
   std::memcpy(g.vectorOk, &ok, sizeof ok);
   std::memcpy(g.bytes, &bytes, sizeof bytes);
@@ -350,6 +377,12 @@ void tileAmaxBits(const Job& job, int64_t r, int64_t rEnd, std::vector<uint32_t>
 
 enum class Mode { Quantize, Fake, FakeWithStats };
 
+inline bool allSet(const int32_t* lanes, int count) {
+  int i = 0;
+  while (i < count && lanes[i]) ++i;
+  return i == count;
+}
+
 // Codes, or fake-quantized values, of `count` consecutive blocks that all take the vector path.
 template <int Block>
 void vectorBlocksCodes(const float* in, const GroupScales& g, int count, uint8_t* codes) {
@@ -366,6 +399,13 @@ void vectorBlocksCodes(const float* in, const GroupScales& g, int count, uint8_t
 template <int Block>
 void vectorBlocksFake(const float* in, const GroupScales& g, int count, float* y) {
   constexpr bool mx = Block == kMxfp4BlockSize;
+#ifdef __AVX512F__
+  if (!mx && allSet(g.fmaOk, count)) {
+    for (int i = 0; i < count; ++i)
+      store(y + i * kLanes, fakeQuantFma(g.inverse[i], g.decoded[i], load(in + i * kLanes)));
+    return;
+  }
+#endif
   for (int i = 0; i < count; ++i)
     for (int v = 0; v < Block / kLanes; ++v) {
       V x = load(in + i * Block + v * kLanes);
@@ -413,10 +453,8 @@ void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* st
       groupScales(job, amaxBits, g);
       if (M == Mode::Quantize)
         for (int i = 0; i < count; ++i) job.scales[r * blocks + b0 + i] = uint8_t(g.bytes[i]);
-      int vectorBlocks = 0;
-      while (vectorBlocks < count && g.vectorOk[vectorBlocks]) ++vectorBlocks;
-      if (M != Mode::FakeWithStats && vectorBlocks == count) {
-        // The common case, without a call in the loop so that its constants stay in registers.
+      if (M != Mode::FakeWithStats && allSet(g.vectorOk, count)) {
+        // The common case, in loops without calls so that their constants stay in registers.
         const int64_t flat = r * job.cols + b0 * Block;
         if (M == Mode::Quantize)
           vectorBlocksCodes<Block>(in, g, count, job.codes + flat / 2);
