@@ -14,6 +14,7 @@
 
 #include "fp4lab/data/builtin_tasks.h"
 #include "fp4lab/data/dataset.h"
+#include "fp4lab/data/shuffle.h"
 #include "fp4lab/error.h"
 #include "fp4lab/run/runner.h"
 #include "fp4lab_build_config.h"
@@ -193,7 +194,44 @@ std::vector<data::Example> loadExamples(const std::string& source, uint64_t seed
   return data::readJsonl(source);
 }
 
+namespace {
+// `count` sequences of uniformly random token ids, every position a target (QAD's robustness
+// check: distillation needs no real data).
+std::vector<data::Sequence> randomSequences(size_t count, int seqLen, int32_t vocab,
+                                            uint64_t seed) {
+  data::SplitMix64 rng(seed ^ 0x52414E444F4D5345ull);
+  std::vector<data::Sequence> out(count);
+  for (auto& s : out) {
+    s.ids.resize(size_t(seqLen) + 1);
+    for (auto& id : s.ids) id = int32_t(rng.next() % uint64_t(vocab));
+    s.lossMask.assign(size_t(seqLen) + 1, 1);
+    s.lossMask[0] = 0;
+  }
+  return out;
+}
+}  // namespace
+
 DataBundle loadTrainingData(const RunConfig& config, const data::Tokenizer& tokenizer) {
+  if (config.trainData == "random:tokens") {
+    // Random training tokens; validation still needs real text (data.validation).
+    if (config.validationData.empty())
+      throw Error("data.train=random:tokens needs data.validation", "data.validation",
+                  "e.g. data.validation=builtin:tasks-val");
+    RunConfig real = config;
+    real.trainData = config.validationData;
+    real.validationData.clear();
+    real.validationFraction = 0;
+    DataBundle d;
+    d.validation = loadTrainingData(real, tokenizer).train;
+    if (int64_t(d.validation.size()) > config.validationMax)
+      d.validation.resize(size_t(config.validationMax));
+    d.train = randomSequences(4096, config.seqLen, tokenizer.vocabSize(), config.seed);
+    d.trainSequences = d.train.size();
+    return d;
+  }
+  if (config.trainData.rfind("random:", 0) == 0)
+    throw Error("unknown data source '" + config.trainData + "'", "data.train",
+                "random:tokens is the only random source");
   std::vector<data::Example> train = loadExamples(config.trainData, config.seed), validation;
   if (!config.validationData.empty()) {
     validation = loadExamples(config.validationData, config.seed + 1);

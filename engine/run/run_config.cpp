@@ -62,6 +62,18 @@ const std::vector<Field>& fields() {
       field("data.seq_len", &RunConfig::seqLen, "integer"),
       field("data.pack", &RunConfig::pack, "boolean"),
       field("recipe.name", &RunConfig::recipe, "string"),
+      field("recipe.teacher", &RunConfig::teacher, "string"),
+      field("recipe.temperature", &RunConfig::temperature, "number"),
+      field("recipe.ce_weight", &RunConfig::ceWeight, "number"),
+      field("quant.format", &RunConfig::quantFormat, "string"),
+      field("quant.scale_rule", &RunConfig::scaleRule, "string"),
+      field("quant.blocks_2d", &RunConfig::blocks2d, "boolean"),
+      field("quant.activations", &RunConfig::quantActivations, "boolean"),
+      field("quant.backward", &RunConfig::quantBackward, "string"),
+      field("quant.amax", &RunConfig::amaxMode, "string"),
+      field("quant.calib_batches", &RunConfig::calibBatches, "integer"),
+      field("quant.include", &RunConfig::quantInclude, "string"),
+      field("quant.exclude", &RunConfig::quantExclude, "string"),
       field("optim.lr", &RunConfig::lr, "number"),
       field("optim.min_lr_ratio", &RunConfig::minLrRatio, "number"),
       field("optim.warmup_ratio", &RunConfig::warmupRatio, "number"),
@@ -78,6 +90,11 @@ const std::vector<Field>& fields() {
       field("train.checkpoint_every", &RunConfig::checkpointEvery, "integer"),
       field("train.keep_checkpoints", &RunConfig::keepCheckpoints, "integer"),
       field("train.threads", &RunConfig::threads, "integer"),
+      field("eval.reference", &RunConfig::reference, "string"),
+      field("eval.tasks", &RunConfig::tasks, "string"),
+      field("eval.task_items", &RunConfig::taskItems, "integer"),
+      field("eval.task_every", &RunConfig::taskEvery, "integer"),
+      field("eval.max_new_tokens", &RunConfig::maxNewTokens, "integer"),
   };
   return f;
 }
@@ -120,7 +137,8 @@ std::string closestKey(const std::string& key) {
 void applyNode(RunConfig& c, const YAML::Node& node, const std::string& prefix,
                const std::string& origin) {
   if (!node.IsMap())
-    throw Error("expected a map of sections (run, model, data, recipe, optim, train)", origin);
+    throw Error("expected a map of sections (run, model, data, recipe, quant, optim, train, eval)",
+                origin);
   for (const auto& kv : node) {
     std::string key =
         prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
@@ -216,7 +234,7 @@ void RunConfig::validate() const {
   require(seqLen >= 8, "data.seq_len", "must be at least 8");
   require(batchSize >= 1, "train.batch_size", "must be at least 1");
   require(gradAccum >= 1, "train.grad_accum", "must be at least 1");
-  require(maxSteps >= 1, "train.max_steps", "must be at least 1");
+  require(maxSteps >= 0, "train.max_steps", "must be >= 0 (0: evaluate and save only)");
   require(evalEvery >= 0, "train.eval_every", "must be >= 0");
   require(evalBatches >= 1, "train.eval_batches", "must be at least 1");
   require(checkpointEvery >= 0, "train.checkpoint_every", "must be >= 0");
@@ -234,8 +252,26 @@ void RunConfig::validate() const {
           "must be in [0, 1)");
   require(computeDtype == "bf16" || computeDtype == "fp32", "model.compute_dtype",
           "must be bf16 or fp32");
-  require(recipe == "sft", "recipe.name",
-          "must be sft (ptq, qat and qad arrive with the quantization recipes)");
+  require(recipe == "sft" || recipe == "ptq" || recipe == "qat" || recipe == "qad", "recipe.name",
+          "must be sft, ptq, qat or qad");
+  require(quantFormat == "none" || quantFormat == "mxfp4" || quantFormat == "nvfp4", "quant.format",
+          "must be none, mxfp4 or nvfp4");
+  if (recipe == "sft")
+    require(quantFormat == "none", "quant.format",
+            "must be none for recipe sft (train with fake quantization: recipe.name=qat)");
+  else
+    require(quantFormat != "none", "quant.format", "must be mxfp4 or nvfp4 for recipe " + recipe);
+  require(scaleRule == "ceil" || scaleRule == "floor", "quant.scale_rule", "must be ceil or floor");
+  require(quantBackward == "auto" || quantBackward == "ste" || quantBackward == "clipped_ste",
+          "quant.backward", "must be auto, ste or clipped_ste");
+  require(amaxMode == "frozen" || amaxMode == "dynamic", "quant.amax", "must be frozen or dynamic");
+  require(calibBatches >= (amaxMode == "frozen" && quantFormat != "none" ? 1 : 0),
+          "quant.calib_batches", "must be at least 1 with quant.amax=frozen");
+  require(temperature > 0, "recipe.temperature", "must be positive");
+  require(ceWeight >= 0, "recipe.ce_weight", "must be >= 0");
+  require(taskItems >= 1, "eval.task_items", "must be at least 1");
+  require(taskEvery >= 0, "eval.task_every", "must be >= 0");
+  require(maxNewTokens >= 1, "eval.max_new_tokens", "must be at least 1");
   require(!name.empty() && name.find('/') == std::string::npos, "run.name",
           "must be a non-empty name without '/'");
 }

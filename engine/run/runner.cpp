@@ -19,7 +19,9 @@
 #include "fp4lab/error.h"
 #include "fp4lab/log/run_log.h"
 #include "model/files.h"
+#include "quant/quantize_model.h"
 #include "run/model_source.h"
+#include "run/task_eval.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
@@ -50,10 +52,25 @@ void writeStatus(const fs::path& runDir, const std::string& state, int64_t step,
 }
 
 // Reports of the training loop, fanned out to the log, the events and status.json.
+// What an evaluation adds beyond the loop's validation loss: task pass rates by generation and
+// the quantized layers' error statistics.
+struct EvalExtras {
+  const RunConfig& config;
+  ModelBundle& bundle;
+  std::vector<quant::QuantizedLayer>& layers;
+  std::vector<std::string> tasks;
+  bool hasReference = false;
+};
+
 class RunListener : public train::TrainerListener {
  public:
-  RunListener(log::RunLogWriter& log, const RunOptions& options, fs::path runDir, int64_t maxSteps)
-      : m_log(log), m_options(options), m_runDir(std::move(runDir)), m_maxSteps(maxSteps) {}
+  RunListener(log::RunLogWriter& log, const RunOptions& options, fs::path runDir, int64_t maxSteps,
+              EvalExtras extras)
+      : m_log(log),
+        m_options(options),
+        m_runDir(std::move(runDir)),
+        m_maxSteps(maxSteps),
+        m_extras(std::move(extras)) {}
 
   void emit(RunEvent e) {
     if (m_options.onEvent) m_options.onEvent(e);
@@ -77,13 +94,60 @@ class RunListener : public train::TrainerListener {
     m_step = r.step;
   }
 
+  void beforeEval() override { quant::setMeasuringActivations(m_extras.layers, true); }
+
   void onEval(const train::EvalReport& r) override {
-    m_log.appendEval({r.step, r.tokens, r.wallSeconds, {r.valLoss, r.valPerplexity}});
+    quant::setMeasuringActivations(m_extras.layers, false);
     RunEvent e;
     e.kind = "eval";
     e.step = r.step, e.maxSteps = m_maxSteps, e.tokens = r.tokens, e.wallSeconds = r.wallSeconds;
     e.metrics = {{"val_loss", r.valLoss}, {"val_ppl", r.valPerplexity}};
+    std::vector<double> row = {r.valLoss, r.valPerplexity};
+    if (m_extras.hasReference) {
+      row.push_back(r.valKl);
+      e.metrics["val_kl"] = r.valKl;
+    }
+    const RunConfig& c = m_extras.config;
+    const bool taskDue = r.step == m_maxSteps || (c.taskEvery > 0 && r.step % c.taskEvery == 0);
+    if (!m_extras.tasks.empty()) {
+      TaskResults t;
+      if (taskDue) {
+        ReplyOptions reply;
+        reply.maxNewTokens = c.maxNewTokens;
+        t = evaluateTasks(m_extras.bundle.model, *m_extras.bundle.tokenizer, m_extras.tasks,
+                          c.taskItems, c.seed, reply);
+        writeTaskAnswers(t, r.step);
+      }
+      for (const auto& task : m_extras.tasks) {
+        const double rate = taskDue ? t.passRate.at(task) : NAN;
+        row.push_back(rate);
+        if (taskDue) e.metrics["pass_rate_" + task] = rate;
+      }
+    }
+    m_log.appendEval({r.step, r.tokens, r.wallSeconds, row});
+    if (!m_extras.layers.empty()) {
+      quant::LayerErrors errors = quant::measureLayers(m_extras.layers);
+      m_log.appendQuant(r.step, errors.metricByLayer);
+      for (size_t l = 0; l < errors.blockMse.size(); ++l)
+        m_log.appendBlocks(r.step, l, errors.blockMse[l]);
+    }
     emit(e);
+  }
+
+  // <run>/tasks/step-<N>.jsonl: every graded answer, for reading what went wrong.
+  void writeTaskAnswers(const TaskResults& t, int64_t step) {
+    std::string lines;
+    for (const auto& item : t.items)
+      lines += nlohmann::json{{"task", item.task},
+                              {"prompt", item.prompt},
+                              {"response", item.response},
+                              {"pass", item.pass},
+                              {"reason", item.reason}}
+                   .dump() +
+               "\n";
+    fs::create_directories(m_runDir / "tasks");
+    model::files::writeFileAtomically(
+        (m_runDir / "tasks" / ("step-" + std::to_string(step) + ".jsonl")).string(), lines);
   }
 
   void onCheckpoint(const std::string& path, int64_t step) override {
@@ -111,6 +175,7 @@ class RunListener : public train::TrainerListener {
   const RunOptions& m_options;
   fs::path m_runDir;
   int64_t m_maxSteps;
+  EvalExtras m_extras;
   int64_t m_step = 0;
   Clock::time_point m_lastStatus{};
 };
@@ -182,33 +247,98 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   ModelBundle bundle =
       loadModelBundle(resuming ? checkpoint : config.modelPath, torch::kFloat32, config.seed);
   DataBundle dataBundle = loadTrainingData(config, *bundle.tokenizer);
+  const std::vector<std::string> tasks = quant::splitPatterns(config.tasks);
+  checkTaskNames(tasks, "eval.tasks");
+
+  // Frozen BF16 models (teacher, reference), loaded once per path.
+  std::map<std::string, model::CausalLM> frozen;
+  std::vector<std::string> frozenNotes;
+  auto loadFrozen = [&](const std::string& path) {
+    auto it = frozen.find(path);
+    if (it != frozen.end()) return it->second;
+    model::CausalLM m = loadModelBundle(path, torch::kBFloat16, config.seed).model;
+    int64_t bytes = 0;
+    for (auto& p : m->parameters()) {
+      p.set_requires_grad(false);
+      bytes += p.numel() * int64_t(p.element_size());
+    }
+    m->eval();
+    frozenNotes.push_back(path + " (BF16, " + std::to_string(bytes / 1024) + " KiB of weights)");
+    return frozen.emplace(path, m).first->second;
+  };
+
+  // The recipe shapes the student (quantizers, calibration) before the log is declared.
+  std::unique_ptr<train::Recipe> recipe = train::makeRecipe(config);
+  const int64_t maxSteps = recipe->trains() ? config.maxSteps : 0;
+  train::RecipeContext context;
+  context.autocast = config.computeDtype == "bf16";
+  context.resumeDir = checkpoint;
+  context.loadFrozenModel = loadFrozen;
+  context.calibrationBatch = [&](int64_t i) {
+    std::vector<const data::Sequence*> picked;
+    for (int64_t k = 0; k < config.batchSize; ++k)
+      picked.push_back(
+          &dataBundle.train[size_t(i * config.batchSize + k) % dataBundle.train.size()]);
+    return train::makeBatch(picked, config.seqLen, bundle.model->device());
+  };
+  if (dataBundle.train.empty())
+    throw Error("no training sequences", "data.train", "check the dataset and data.seq_len");
+  recipe->prepare(bundle.model, context);
+  std::vector<quant::QuantizedLayer>& layers = recipe->quantizedLayers();
+  const std::string referencePath =
+      !config.reference.empty()
+          ? config.reference
+          : (config.recipe == "qad" ? (config.teacher.empty() ? config.modelPath : config.teacher)
+                                    : std::string());
+  model::CausalLM reference{nullptr};
+  if (!referencePath.empty()) reference = loadFrozen(referencePath);
 
   fs::create_directories(runDir);
   if (!resuming) model::files::writeFileAtomically((runDir / "run.yaml").string(), config.toYaml());
-  writeStatus(runDir, "running", 0, config.maxSteps);
+  writeStatus(runDir, "running", 0, maxSteps);
   const std::string logPath = (runDir / "log.h5").string();
-  std::unique_ptr<train::Recipe> recipe = train::makeRecipe(config);
+  log::RunLogSchema schema;
+  schema.evalColumns = {"val_loss", "val_ppl"};
+  if (reference) schema.evalColumns.push_back("val_kl");
+  for (const auto& t : tasks) schema.evalColumns.push_back("pass_rate_" + t);
+  for (const auto& l : layers) schema.quantLayers.push_back(l.name);
+  if (!layers.empty()) {
+    schema.quantMetrics = quant::layerMetricNames();
+    schema.blocksPerLayer = quant::blocksPerLayer(layers);
+  }
   // The log is reopened at the checkpoint's step, dropping any rows written after it.
   log::RunLogWriter logWriter =
       resuming ? log::RunLogWriter::resume(logPath, train::checkpointStep(checkpoint))
-               : log::RunLogWriter::create(
-                     logPath,
-                     {runDir.filename().string(), config.recipe, "bf16", utcNow(), config.toYaml()},
-                     {{"val_loss", "val_ppl"}, {}, {}, {}});
-  RunListener listener(logWriter, options, runDir, config.maxSteps);
-  train::Trainer trainer(
-      config, bundle.model, *recipe, std::move(dataBundle.train), std::move(dataBundle.validation),
-      (runDir / "checkpoints").string(), listener,
-      [&](const std::string& dir) { saveModelBundle(bundle, dir, torch::kFloat32); });
-  if (resuming)
+               : log::RunLogWriter::create(logPath,
+                                           {runDir.filename().string(), config.recipe,
+                                            recipe->format(), utcNow(), config.toYaml()},
+                                           schema);
+  RunListener listener(logWriter, options, runDir, maxSteps,
+                       EvalExtras{config, bundle, layers, tasks, bool(reference)});
+  // Quantized runs keep fp32 weights: re-quantizing BF16-rounded weights would not reproduce
+  // the trained fake-quantized model.
+  const torch::Dtype saveDtype = layers.empty() ? torch::kBFloat16 : torch::kFloat32;
+  auto saveModel = [&](const std::string& dir, torch::Dtype dtype) {
+    saveModelBundle(bundle, dir, dtype);
+    recipe->saveState(dir);
+  };
+  train::Trainer trainer(config, bundle.model, *recipe, std::move(dataBundle.train),
+                         std::move(dataBundle.validation), (runDir / "checkpoints").string(),
+                         listener,
+                         [&](const std::string& dir) { saveModel(dir, torch::kFloat32); });
+  if (reference) trainer.setReference(reference);
+  if (resuming) {
     trainer.resumeFrom(checkpoint);
-  else
-    logWriter.event("start", "fp4lab train, " + std::to_string(dataBundle.trainSequences) +
-                                 " training sequences");
+  } else {
+    logWriter.event("start", "fp4lab train, recipe " + config.recipe + ", " +
+                                 std::to_string(dataBundle.trainSequences) +
+                                 " training sequences, " + recipe->format());
+    for (const auto& note : frozenNotes) logWriter.event("frozen_model", note);
+  }
   RunEvent started;
   started.kind = "started";
   started.step = trainer.state().step;
-  started.maxSteps = config.maxSteps;
+  started.maxSteps = maxSteps;
   started.path = runDir.string();
   started.message = resuming ? "resumed from " + checkpoint : "started";
   listener.emit(started);
@@ -219,14 +349,14 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   try {
     outcome = trainer.run();
   } catch (const std::exception& e) {
-    writeStatus(runDir, "failed", trainer.state().step, config.maxSteps, e.what());
+    writeStatus(runDir, "failed", trainer.state().step, maxSteps, e.what());
     logWriter.event("end", std::string("failed: ") + e.what());
     logWriter.close();
     throw;
   }
   result.steps = trainer.state().step;
   if (outcome == train::TrainOutcome::Finished) {
-    saveModelBundle(bundle, (runDir / "model").string());
+    saveModel((runDir / "model").string(), saveDtype);
     result.state = "finished";
   } else if (outcome == train::TrainOutcome::Stopped) {
     result.state = "cancelled";
@@ -238,12 +368,12 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   }
   logWriter.event("end", result.state + (result.message.empty() ? "" : ": " + result.message));
   logWriter.close();
-  writeStatus(runDir, result.state, result.steps, config.maxSteps, result.message);
+  writeStatus(runDir, result.state, result.steps, maxSteps, result.message);
   RunEvent end;
   end.kind = result.state == "finished" ? "finished"
                                         : (result.state == "cancelled" ? "cancelled" : "failed");
   end.step = result.steps;
-  end.maxSteps = config.maxSteps;
+  end.maxSteps = maxSteps;
   end.message = result.message;
   end.path = runDir.string();
   listener.emit(end);

@@ -1,15 +1,54 @@
-// The recipes: SFT (cross-entropy on the data). PTQ, QAT and QAD join here.
+// The recipes: SFT, PTQ, QAT and QAD. Everything they share with each other lives in
+// QuantizingRecipe (attach, calibrate, save the quantizer state); the loop is trainer.cpp.
 #include "train/recipe.h"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "fp4lab/error.h"
+#include "model/files.h"
+#include "train/autocast.h"
 
 namespace fp4lab::train {
+
+Batch makeBatch(const std::vector<const data::Sequence*>& sequences, int64_t seqLen,
+                torch::Device device) {
+  const int64_t b = int64_t(sequences.size()), t = seqLen;
+  torch::Tensor inputs = torch::empty({b, t}, torch::kLong),
+                targets = torch::empty({b, t}, torch::kLong);
+  auto in = inputs.accessor<int64_t, 2>();
+  auto tg = targets.accessor<int64_t, 2>();
+  int64_t lossTokens = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const data::Sequence& s = *sequences[size_t(i)];
+    for (int64_t j = 0; j < t; ++j) {
+      in[i][j] = s.ids[size_t(j)];
+      bool target = s.lossMask[size_t(j + 1)] != 0;
+      tg[i][j] = target ? s.ids[size_t(j + 1)] : -100;
+      lossTokens += target;
+    }
+  }
+  return Batch{inputs.to(device), targets.to(device), lossTokens};
+}
 
 torch::Tensor tokenCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
   // Cross-entropy in fp32 whatever the autocast dtype: bf16 log-softmax loses the small losses.
   return torch::nn::functional::cross_entropy(
       logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+}
+
+torch::Tensor tokenKl(const torch::Tensor& teacherLogits, const torch::Tensor& studentLogits,
+                      const torch::Tensor& targets, double temperature) {
+  const int64_t vocab = studentLogits.size(-1);
+  torch::Tensor mask = targets.reshape({-1}) != -100;
+  torch::Tensor t = teacherLogits.reshape({-1, vocab}).index({mask}).to(torch::kFloat);
+  torch::Tensor s = studentLogits.reshape({-1, vocab}).index({mask}).to(torch::kFloat);
+  if (t.size(0) == 0) return studentLogits.sum().to(torch::kFloat) * 0.0;
+  torch::Tensor logT = torch::log_softmax(t / temperature, -1);
+  torch::Tensor logS = torch::log_softmax(s / temperature, -1);
+  return (logT.exp() * (logT - logS)).sum(-1).mean();
 }
 
 namespace {
@@ -22,11 +61,102 @@ class SftRecipe : public Recipe {
   }
 };
 
+// Fake quantization on the student: attach, then calibrate (or restore a checkpoint's amaxes).
+class QuantizingRecipe : public Recipe {
+ public:
+  explicit QuantizingRecipe(const run::RunConfig& config)
+      : m_config(config), m_options(quant::QuantOptions::fromConfig(config)) {}
+
+  void prepare(model::CausalLM& model, const RecipeContext& context) override {
+    m_layers = quant::attachQuantizers(model, m_options);
+    const std::filesystem::path state = std::filesystem::path(context.resumeDir) / kQuantStateFile;
+    if (!context.resumeDir.empty() && std::filesystem::exists(state)) {
+      std::ifstream in(state);
+      std::stringstream text;
+      text << in.rdbuf();
+      quant::loadQuantState(m_layers, text.str(), state.string());
+      return;
+    }
+    const int64_t batches = m_options.frozenAmax ? m_config.calibBatches : 0;
+    quant::calibrate(m_layers, batches, [&](int64_t i) {
+      Batch batch = context.calibrationBatch(i);
+      AutocastGuard autocast(context.autocast, model->device().type());
+      model->forward(batch.inputs);
+    });
+  }
+
+  torch::Tensor loss(model::CausalLM& model, const Batch& batch) override {
+    return tokenCrossEntropy(model->forward(batch.inputs), batch.targets);
+  }
+  std::vector<quant::QuantizedLayer>& quantizedLayers() override { return m_layers; }
+  std::string format() const override { return m_options.describe(); }
+  void saveState(const std::string& dir) const override {
+    model::files::writeFileAtomically((std::filesystem::path(dir) / kQuantStateFile).string(),
+                                      quant::quantStateJson(m_layers, m_options));
+  }
+
+ protected:
+  const run::RunConfig& m_config;
+  quant::QuantOptions m_options;
+  std::vector<quant::QuantizedLayer> m_layers;
+};
+
+class PtqRecipe : public QuantizingRecipe {
+ public:
+  using QuantizingRecipe::QuantizingRecipe;
+  std::string name() const override { return "ptq"; }
+  bool trains() const override { return false; }
+};
+
+class QatRecipe : public QuantizingRecipe {
+ public:
+  using QuantizingRecipe::QuantizingRecipe;
+  std::string name() const override { return "qat"; }
+};
+
+class QadRecipe : public QuantizingRecipe {
+ public:
+  using QuantizingRecipe::QuantizingRecipe;
+  std::string name() const override { return "qad"; }
+
+  void prepare(model::CausalLM& model, const RecipeContext& context) override {
+    m_teacher =
+        context.loadFrozenModel(m_config.teacher.empty() ? m_config.modelPath : m_config.teacher);
+    if (m_teacher->config().vocabSize != model->config().vocabSize)
+      throw Error("the teacher's vocabulary (" + std::to_string(m_teacher->config().vocabSize) +
+                      ") differs from the student's (" + std::to_string(model->config().vocabSize) +
+                      ")",
+                  "recipe.teacher", "distil from a model of the same family");
+    QuantizingRecipe::prepare(model, context);
+  }
+
+  torch::Tensor loss(model::CausalLM& model, const Batch& batch) override {
+    torch::Tensor teacherLogits;
+    {
+      torch::NoGradGuard noGrad;
+      teacherLogits = m_teacher->forward(batch.inputs);
+    }
+    torch::Tensor studentLogits = model->forward(batch.inputs);
+    const double t = m_config.temperature;
+    // T^2 keeps the gradient's scale independent of the temperature (Hinton et al.).
+    torch::Tensor loss = tokenKl(teacherLogits, studentLogits, batch.targets, t) * (t * t);
+    if (m_config.ceWeight > 0)
+      loss = loss + m_config.ceWeight * tokenCrossEntropy(studentLogits, batch.targets);
+    return loss;
+  }
+
+ private:
+  model::CausalLM m_teacher{nullptr};
+};
+
 }  // namespace
 
 std::unique_ptr<Recipe> makeRecipe(const run::RunConfig& config) {
   if (config.recipe == "sft") return std::make_unique<SftRecipe>();
-  throw Error("unknown recipe '" + config.recipe + "'", "recipe.name", "use sft");
+  if (config.recipe == "ptq") return std::make_unique<PtqRecipe>(config);
+  if (config.recipe == "qat") return std::make_unique<QatRecipe>(config);
+  if (config.recipe == "qad") return std::make_unique<QadRecipe>(config);
+  throw Error("unknown recipe '" + config.recipe + "'", "recipe.name", "use sft, ptq, qat or qad");
 }
 
 }  // namespace fp4lab::train

@@ -2,7 +2,7 @@
 // stop) is visible there. Recipes only supply the loss.
 #include "train/trainer.h"
 
-#include <ATen/autocast_mode.h>
+#include "train/autocast.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,28 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// BF16 autocast for the forward pass (weights stay fp32: they are the master copy).
-class AutocastGuard {
- public:
-  AutocastGuard(bool enabled, c10::DeviceType device) : m_enabled(enabled), m_device(device) {
-    if (!m_enabled) return;
-    m_previous = at::autocast::is_autocast_enabled(m_device);
-    at::autocast::set_autocast_enabled(m_device, true);
-    at::autocast::set_autocast_dtype(m_device, at::kBFloat16);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastGuard() {
-    if (!m_enabled) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(m_device, m_previous);
-  }
-
- private:
-  bool m_enabled;
-  c10::DeviceType m_device;
-  bool m_previous = false;
-};
 
 // The same permutation on every platform: data::SplitMix64 (std:: distributions differ).
 std::vector<int64_t> epochOrder(size_t count, uint64_t seed, int64_t epoch) {
@@ -81,25 +59,6 @@ Trainer::Trainer(const run::RunConfig& config, model::CausalLM model, Recipe& re
   m_order = epochOrder(m_train.size(), m_config.seed, m_state.epoch);
 }
 
-Batch Trainer::makeBatch(const std::vector<const data::Sequence*>& sequences) const {
-  const int64_t b = int64_t(sequences.size()), t = m_config.seqLen;
-  torch::Tensor inputs = torch::empty({b, t}, torch::kLong),
-                targets = torch::empty({b, t}, torch::kLong);
-  auto in = inputs.accessor<int64_t, 2>();
-  auto tg = targets.accessor<int64_t, 2>();
-  int64_t lossTokens = 0;
-  for (int64_t i = 0; i < b; ++i) {
-    const data::Sequence& s = *sequences[size_t(i)];
-    for (int64_t j = 0; j < t; ++j) {
-      in[i][j] = s.ids[size_t(j)];
-      bool target = s.lossMask[size_t(j + 1)] != 0;
-      tg[i][j] = target ? s.ids[size_t(j + 1)] : -100;
-      lossTokens += target;
-    }
-  }
-  return Batch{inputs.to(m_device), targets.to(m_device), lossTokens};
-}
-
 // The next batch in a deterministic per-epoch order; the position is part of the checkpoint.
 Batch Trainer::nextBatch() {
   std::vector<const data::Sequence*> picked;
@@ -111,13 +70,16 @@ Batch Trainer::nextBatch() {
     }
     picked.push_back(&m_train[size_t(m_order[size_t(m_state.cursor++)])]);
   }
-  return makeBatch(picked);
+  return makeBatch(picked, m_config.seqLen, m_device);
 }
 
+// Validation cross-entropy of the model as it runs (fake-quantized when a recipe quantizes it),
+// and its KL to the reference model, whatever loss the recipe trains on.
 EvalReport Trainer::evaluate() {
   torch::NoGradGuard noGrad;
+  m_listener.beforeEval();
   m_model->eval();
-  double lossSum = 0;
+  double lossSum = 0, klSum = 0;
   int64_t tokens = 0;
   const int64_t maxSequences = m_config.evalBatches * m_config.batchSize;
   const std::vector<data::Sequence>& source = m_validation.empty() ? m_train : m_validation;
@@ -127,25 +89,35 @@ EvalReport Trainer::evaluate() {
     for (int64_t i = start;
          i < std::min<int64_t>(start + m_config.batchSize, int64_t(source.size())); ++i)
       picked.push_back(&source[size_t(i)]);
-    Batch batch = makeBatch(picked);
+    Batch batch = makeBatch(picked, m_config.seqLen, m_device);
     if (batch.lossTokens == 0) continue;
     AutocastGuard autocast(m_config.computeDtype == "bf16", m_device.type());
-    double loss = m_recipe.loss(m_model, batch).item<double>();
-    lossSum += loss * double(batch.lossTokens);
+    torch::Tensor logits = m_model->forward(batch.inputs);
+    lossSum += tokenCrossEntropy(logits, batch.targets).item<double>() * double(batch.lossTokens);
+    if (m_reference)
+      klSum += tokenKl(m_reference->forward(batch.inputs), logits, batch.targets).item<double>() *
+               double(batch.lossTokens);
     tokens += batch.lossTokens;
   }
   m_model->train();
-  double valLoss = tokens ? lossSum / double(tokens) : NAN;
-  return EvalReport{m_state.step, m_state.tokens, m_state.wallSeconds, valLoss, std::exp(valLoss)};
+  const double valLoss = tokens ? lossSum / double(tokens) : NAN;
+  const double valKl = m_reference && tokens ? klSum / double(tokens) : NAN;
+  return EvalReport{m_state.step, m_state.tokens,    m_state.wallSeconds,
+                    valLoss,      std::exp(valLoss), valKl};
 }
 
 TrainOutcome Trainer::run() {
-  const CosineSchedule schedule = CosineSchedule::make(m_config.lr, m_config.minLrRatio,
-                                                       m_config.warmupRatio, m_config.maxSteps);
+  const int64_t maxSteps = m_recipe.trains() ? m_config.maxSteps : 0;
+  const CosineSchedule schedule =
+      CosineSchedule::make(m_config.lr, m_config.minLrRatio, m_config.warmupRatio, maxSteps);
   const bool autocast = m_config.computeDtype == "bf16";
-  m_recipe.prepare(m_model);
   m_model->train();
-  while (m_state.step < m_config.maxSteps) {
+  if (m_state.step >= maxSteps) {  // nothing to train (ptq, train.max_steps=0)
+    m_listener.onEval(evaluate());
+    saveCheckpoint();
+    return TrainOutcome::Finished;
+  }
+  while (m_state.step < maxSteps) {
     if (m_listener.stopRequested()) {
       saveCheckpoint();
       return TrainOutcome::Stopped;
@@ -186,10 +158,10 @@ TrainOutcome Trainer::run() {
     m_state.step += 1;
     m_state.tokens += stepTokens;
     m_state.wallSeconds += seconds;
-    m_listener.onStep(StepReport{m_state.step, m_config.maxSteps, m_state.tokens, loss, lr,
-                                 gradNorm, double(stepTokens) / seconds, m_state.wallSeconds});
+    m_listener.onStep(StepReport{m_state.step, maxSteps, m_state.tokens, loss, lr, gradNorm,
+                                 double(stepTokens) / seconds, m_state.wallSeconds});
 
-    const bool last = m_state.step == m_config.maxSteps;
+    const bool last = m_state.step == maxSteps;
     if (last || (m_config.evalEvery > 0 && m_state.step % m_config.evalEvery == 0))
       m_listener.onEval(evaluate());
     if (last || (m_config.checkpointEvery > 0 && m_state.step % m_config.checkpointEvery == 0))

@@ -1,9 +1,11 @@
-// The one training loop every recipe runs through: schedule, micro-batches, BF16 autocast with
+// The one training loop every recipe runs through (a recipe that does not train, ptq, is
+// evaluated and saved at step 0): schedule, micro-batches, BF16 autocast with
 // fp32 master weights, clipping, evaluation, checkpoints, NaN detection, stop requests.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +26,7 @@ struct StepReport {
 struct EvalReport {
   int64_t step, tokens;
   double wallSeconds, valLoss, valPerplexity;
+  double valKl = NAN;  // KL(reference || model) per loss token, when a reference is set
 };
 
 // How the loop reports; the Runner implements it (HDF5 log, JSON events, progress bar, status).
@@ -31,6 +34,7 @@ class TrainerListener {
  public:
   virtual ~TrainerListener() = default;
   virtual void onStep(const StepReport&) {}
+  virtual void beforeEval() {}  // an evaluation pass starts (e.g. start measuring activations)
   virtual void onEval(const EvalReport&) {}
   virtual void onCheckpoint(const std::string& path, int64_t step) { (void)path, (void)step; }
   virtual void onWarning(const std::string& message) { (void)message; }
@@ -55,6 +59,8 @@ class Trainer {
           std::vector<data::Sequence> train, std::vector<data::Sequence> validation,
           std::string checkpointRoot, TrainerListener& listener,
           std::function<void(const std::string& dir)> saveModel);
+  // The model evaluate() measures KL to (normally the BF16 model a quantized run started from).
+  void setReference(model::CausalLM reference) { m_reference = std::move(reference); }
   // Loads optimizer moments and the data position from a checkpoint folder (the model passed to
   // the constructor must already hold the checkpoint's weights).
   void resumeFrom(const std::string& checkpointDir);
@@ -65,11 +71,11 @@ class Trainer {
 
  private:
   Batch nextBatch();
-  Batch makeBatch(const std::vector<const data::Sequence*>& sequences) const;
   void saveCheckpoint();
 
   const run::RunConfig& m_config;
   model::CausalLM m_model;
+  model::CausalLM m_reference{nullptr};
   Recipe& m_recipe;
   std::vector<data::Sequence> m_train, m_validation;
   std::string m_checkpointRoot;

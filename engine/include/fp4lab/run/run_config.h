@@ -23,8 +23,27 @@ struct RunConfig {
   int64_t validationMax = 256;  // at most this many validation examples
   int seqLen = 256;
   bool pack = true;
-  // recipe.*
+  // recipe.*: sft, ptq (calibrate, evaluate, save), qat, qad
   std::string recipe = "sft";
+  std::string teacher;       // qad: the frozen BF16 teacher (empty: model.path)
+  double temperature = 1.0;  // qad: KL(p_teacher || p_student) at this temperature
+  double ceWeight = 0.0;     // qad: loss = KL + ceWeight * cross-entropy
+  // quant.*: what is fake-quantized (ptq, qat, qad)
+  std::string quantFormat = "none";    // none, mxfp4, nvfp4
+  std::string scaleRule = "ceil";      // mxfp4: ceil or floor
+  bool blocks2d = false;               // nvfp4: 16x16 weight blocks
+  bool quantActivations = true;        // W4A4; false: W4A16
+  std::string quantBackward = "auto";  // ste, clipped_ste, auto (clipped for nvfp4, ste for mxfp4)
+  std::string amaxMode = "frozen";     // frozen (calibrated) or dynamic (per call)
+  int64_t calibBatches = 4;
+  std::string quantInclude = "model.layers.*";
+  std::string quantExclude = "*lm_head*,*embed*,*router*,*.gate";
+  // eval.*
+  std::string reference;  // KL to this BF16 model at every eval (empty: the qad teacher, or none)
+  std::string tasks;      // comma-separated built-in tasks graded by generation
+  int64_t taskItems = 50;
+  int64_t taskEvery = 0;  // task evaluation every N steps; 0: at the final evaluation only
+  int maxNewTokens = 96;
   // optim.*
   double lr = 1e-3;
   double minLrRatio = 0.1;

@@ -1,0 +1,138 @@
+// FakeQuantizer: the kernels' fused fake quantization as a LibTorch autograd function.
+#include "quant/fake_quant.h"
+
+#include <cmath>
+
+#include "fp4lab/error.h"
+#ifdef FP4LAB_HAVE_CUDA_KERNELS
+#include "fp4lab/kernels/fp4_cuda.h"
+#endif
+
+namespace fp4lab::quant {
+
+torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, float amax,
+                           fp4_error_stats* stats, torch::Tensor* blockSqErr) {
+  const int64_t block = fp4_block_size(config.format);
+  if (!x.defined() || x.dim() < 1 || !x.is_floating_point())
+    throw Error("fake quantization needs a floating-point tensor", "quant");
+  const int64_t cols = x.size(-1);
+  if (cols == 0 || cols % block != 0)
+    throw Error("the last dimension (" + std::to_string(cols) + ") is not a multiple of the " +
+                    std::to_string(block) + "-element block",
+                "quant", "exclude this layer from quantization (quant.exclude)");
+  const int64_t rows = x.numel() / cols;
+  torch::Tensor in = x.to(torch::kFloat).contiguous();
+  torch::Tensor out = torch::empty_like(in);
+  float* blocks = nullptr;
+  if (blockSqErr) {
+    *blockSqErr = torch::empty({rows * cols / block}, in.options());
+    blocks = blockSqErr->data_ptr<float>();
+  }
+  fp4_error_stats local;
+  fp4_stats_clear(&local);
+  fp4_status status;
+  if (in.is_cpu()) {
+    status = fp4_fake_quantize(&config, in.data_ptr<float>(), rows, cols, amax,
+                               out.data_ptr<float>(), stats ? &local : nullptr, blocks, nullptr);
+  } else if (in.is_cuda()) {
+#ifdef FP4LAB_HAVE_CUDA_KERNELS
+    // The legacy default stream: LibTorch's work on it (and on blocking streams) is ordered.
+    status = fp4_cuda_fake_quantize(&config, in.data_ptr<float>(), rows, cols, amax,
+                                    out.data_ptr<float>(), stats ? &local : nullptr, blocks,
+                                    nullptr, nullptr);
+#else
+    throw Error("this fp4lab was built without the CUDA kernels", "quant",
+                "configure with -DFP4LAB_CUDA=ON (the cuda preset)");
+#endif
+  } else {
+    throw Error("fake quantization runs on CPU and CUDA tensors only", "quant");
+  }
+  if (status != FP4_OK) throw Error(fp4_last_error(), "quant");
+  if (stats) fp4_stats_merge(stats, &local);
+  if (x.scalar_type() != torch::kFloat) out = out.to(x.scalar_type());
+  return out.view(x.sizes());
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// y = fakeQuantize(x); dy/dx = 1 (straight-through) or 1 where |x| <= amax (clipped).
+class FakeQuantFunction : public torch::autograd::Function<FakeQuantFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const fp4_config* config, double amax, bool clipped,
+                               fp4_error_stats* stats) {
+    ctx->saved_data["clip"] = clipped && std::isfinite(amax) ? amax : -1.0;
+    if (clipped) ctx->save_for_backward({x});
+    return fakeQuantize(x, *config, float(amax), stats);
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list gradOutputs) {
+    torch::Tensor grad = gradOutputs[0];
+    const double clip = ctx->saved_data["clip"].toDouble();
+    if (clip >= 0) {
+      torch::Tensor x = ctx->get_saved_variables()[0];
+      grad = grad.masked_fill(x.abs() > clip, 0);
+    }
+    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+FakeQuantizer::FakeQuantizer(fp4_config config, Backward backward, Role role, bool frozenAmax)
+    : m_config(config), m_backward(backward), m_role(role), m_frozen(frozenAmax) {
+  fp4_stats_clear(&m_stats);
+}
+
+void FakeQuantizer::beginCalibration() {
+  m_calibrating = true;
+  m_amax = 0;
+}
+
+void FakeQuantizer::endCalibration() {
+  m_calibrating = false;
+}
+
+void FakeQuantizer::setMeasuring(bool on) {
+  m_measuring = on;
+  if (on) fp4_stats_clear(&m_stats);
+}
+
+float FakeQuantizer::effectiveAmax() const {
+  if (m_frozen) {
+    if (!std::isfinite(m_amax))
+      throw Error("a frozen-amax quantizer was used before calibration", "quant",
+                  "calibrate first (quant.calib_batches >= 1) or set quant.amax=dynamic");
+    return m_amax;
+  }
+  return -1.0f;  // the kernels measure it per call; nothing is clipped beyond it
+}
+
+torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
+  if (m_calibrating) {
+    m_amax = std::max(m_amax, x.detach().abs().max().item<float>());
+    return x;
+  }
+  const float amax = effectiveAmax();
+  const bool clipped = m_backward == Backward::ClippedStraightThrough;
+  fp4_error_stats* stats = m_measuring ? &m_stats : nullptr;
+  if (torch::GradMode::is_enabled() && x.requires_grad())
+    return FakeQuantFunction::apply(x, &m_config, double(amax), clipped, stats);
+  if (m_role == Role::Weight && !m_measuring) {
+    // The weight is unchanged since the last call (same storage, same version): reuse it.
+    if (m_cached.defined() && m_cachedData == x.data_ptr() && m_cachedVersion == x._version() &&
+        m_cachedAmax == amax && m_cached.scalar_type() == x.scalar_type())
+      return m_cached;
+    m_cached = fakeQuantize(x, m_config, amax);
+    m_cachedData = x.data_ptr();
+    m_cachedVersion = x._version();
+    m_cachedAmax = amax;
+    return m_cached;
+  }
+  return fakeQuantize(x, m_config, amax, stats);
+}
+
+}  // namespace fp4lab::quant

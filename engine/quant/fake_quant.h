@@ -1,0 +1,77 @@
+// Fake quantization of LibTorch tensors through the FP4 kernels (kernels/), with the
+// straight-through or clipped straight-through gradient, calibration of the per-tensor amax, and
+// the error statistics of docs/numerics.md. The forward is the kernels' fused quantize-dequantize,
+// bit-identical to dequantizing what fp4_quantize (and so an exporter) writes.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "fp4lab/kernels/fp4.h"
+#include "model/quant_linear.h"
+
+namespace fp4lab::quant {
+
+enum class Backward {
+  StraightThrough,         // the gradient passes unchanged
+  ClippedStraightThrough,  // zero where |x| > the calibrated amax (ModelOpt's NVFP4 default)
+};
+
+// Fake-quantizes x along its last dimension (which must be a multiple of the block size): any
+// floating dtype, CPU or CUDA, any leading shape. `amax` is the NVFP4 per-tensor amax (< 0: measure
+// it from x; MXFP4 ignores it). Returns fp32 for fp32 input, else x's dtype. No autograd.
+// Optional outputs: whole-tensor statistics (merged into *stats) and per-block squared errors
+// (fp32 [rows * cols / block], on x's device).
+torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, float amax,
+                           fp4_error_stats* stats = nullptr, torch::Tensor* blockSqErr = nullptr);
+
+// The quantizer QuantLinear calls for its weight or its input.
+class FakeQuantizer : public model::TensorQuantizer {
+ public:
+  enum class Role { Weight, Input };
+  FakeQuantizer(fp4_config config, Backward backward, Role role, bool frozenAmax);
+
+  // Fake quantization with the configured gradient. While calibrating it records max |x| and
+  // returns x unchanged. Without gradients, a weight's result is cached until the weight changes
+  // (generation reuses it for every token).
+  torch::Tensor apply(const torch::Tensor& x) override;
+
+  // Calibration: between begin and end, apply() records the running max of |x| (max calibration)
+  // and passes x through; end() freezes it as the tensor amax.
+  void beginCalibration();
+  void endCalibration();
+  // The calibrated amax (NaN before calibration). Frozen quantizers use it; the others let the
+  // kernels measure it per call.
+  float amax() const { return m_amax; }
+  void setAmax(float amax) { m_amax = amax; }
+  bool frozenAmax() const { return m_frozen; }
+
+  // Measurement: while on, apply() merges its error statistics into stats().
+  void setMeasuring(bool on);
+  const fp4_error_stats& stats() const { return m_stats; }
+
+  const fp4_config& config() const { return m_config; }
+  Backward backward() const { return m_backward; }
+  Role role() const { return m_role; }
+
+ private:
+  float effectiveAmax() const;
+
+  fp4_config m_config;
+  Backward m_backward;
+  Role m_role;
+  bool m_frozen;
+  bool m_calibrating = false;
+  bool m_measuring = false;
+  float m_amax = NAN;
+  fp4_error_stats m_stats{};
+  // No-grad cache of a weight's fake-quantized value.
+  const void* m_cachedData = nullptr;
+  int64_t m_cachedVersion = -1;
+  float m_cachedAmax = NAN;
+  torch::Tensor m_cached;
+};
+
+}  // namespace fp4lab::quant

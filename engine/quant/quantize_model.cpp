@@ -1,0 +1,220 @@
+// Attaching fake quantizers to a model's linear layers, calibrating them, and measuring them.
+#include "quant/quantize_model.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "fp4lab/error.h"
+
+namespace fp4lab::quant {
+
+QuantOptions QuantOptions::fromConfig(const run::RunConfig& config) {
+  QuantOptions o;
+  if (config.quantFormat == "mxfp4")
+    o.format = FP4_FORMAT_MXFP4;
+  else if (config.quantFormat == "nvfp4")
+    o.format = FP4_FORMAT_NVFP4;
+  else
+    throw Error("quant.format must be mxfp4 or nvfp4, not '" + config.quantFormat + "'",
+                "run config");
+  o.scaleRule = config.scaleRule == "floor" ? FP4_SCALE_RULE_FLOOR : FP4_SCALE_RULE_CEIL;
+  o.blocks2d = config.blocks2d;
+  o.activations = config.quantActivations;
+  // ModelOpt's defaults: clipped STE for NVFP4, plain STE for MXFP4.
+  const std::string backward = config.quantBackward == "auto"
+                                   ? (o.format == FP4_FORMAT_NVFP4 ? "clipped_ste" : "ste")
+                                   : config.quantBackward;
+  o.backward =
+      backward == "clipped_ste" ? Backward::ClippedStraightThrough : Backward::StraightThrough;
+  o.frozenAmax = config.amaxMode == "frozen";
+  o.include = splitPatterns(config.quantInclude);
+  o.exclude = splitPatterns(config.quantExclude);
+  return o;
+}
+
+std::string QuantOptions::describe() const {
+  std::string s = format == FP4_FORMAT_MXFP4 ? "MXFP4" : "NVFP4";
+  s += activations ? " W4A4" : " W4A16";
+  if (format == FP4_FORMAT_MXFP4)
+    s += scaleRule == FP4_SCALE_RULE_CEIL ? ", ceil scales" : ", floor scales";
+  else
+    s += blocks2d ? ", 16x16 weight blocks" : ", 1-D blocks";
+  s += backward == Backward::ClippedStraightThrough ? ", clipped STE" : ", STE";
+  s += frozenAmax ? ", calibrated amax" : ", dynamic amax";
+  return s;
+}
+
+bool globMatch(const std::string& pattern, const std::string& name) {
+  // Iterative wildcard matching with backtracking to the last '*'.
+  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p, ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++, mark = n;
+    } else if (star != std::string::npos) {
+      p = star + 1, n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+std::vector<std::string> splitPatterns(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(start, end - start);
+    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a != std::string::npos) out.push_back(item.substr(a, b - a + 1));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::vector<QuantizedLayer> attachQuantizers(model::CausalLM& model, const QuantOptions& options) {
+  auto matchesAny = [](const std::vector<std::string>& patterns, const std::string& name) {
+    for (const auto& p : patterns)
+      if (globMatch(p, name)) return true;
+    return false;
+  };
+  fp4_config weightConfig = fp4_default_config(options.format);
+  weightConfig.scale_rule = options.scaleRule;
+  weightConfig.nvfp4_2d_blocks = options.format == FP4_FORMAT_NVFP4 && options.blocks2d;
+  fp4_config inputConfig = weightConfig;
+  inputConfig.nvfp4_2d_blocks = 0;
+  const int64_t block = fp4_block_size(options.format);
+
+  std::vector<QuantizedLayer> layers;
+  for (auto& [name, linear] : model->quantLinears()) {
+    if (!matchesAny(options.include, name) || matchesAny(options.exclude, name)) continue;
+    if (linear->inFeatures() % block != 0)
+      throw Error("layer " + name + " has " + std::to_string(linear->inFeatures()) +
+                      " inputs, not a multiple of the " + std::to_string(block) + "-element block",
+                  "quant.include", "exclude it with quant.exclude");
+    QuantizedLayer q;
+    q.name = name;
+    q.linear = linear;
+    q.weight = std::make_shared<FakeQuantizer>(weightConfig, options.backward,
+                                               FakeQuantizer::Role::Weight, options.frozenAmax);
+    if (options.activations)
+      q.input = std::make_shared<FakeQuantizer>(inputConfig, options.backward,
+                                                FakeQuantizer::Role::Input, options.frozenAmax);
+    linear->weightQuantizer = q.weight;
+    linear->inputQuantizer = q.input;
+    layers.push_back(std::move(q));
+  }
+  if (layers.empty()) {
+    std::string names;
+    for (auto& [name, linear] : model->quantLinears()) names += (names.empty() ? "" : ", ") + name;
+    throw Error("no linear layer matches quant.include without matching quant.exclude",
+                "quant.include", "the model's linear layers are: " + names);
+  }
+  return layers;
+}
+
+void calibrate(std::vector<QuantizedLayer>& layers, int64_t batches,
+               const std::function<void(int64_t)>& forward) {
+  if (batches <= 0) return;
+  for (auto& l : layers) {
+    l.weight->beginCalibration();
+    if (l.input) l.input->beginCalibration();
+  }
+  {
+    torch::NoGradGuard noGrad;
+    for (int64_t i = 0; i < batches; ++i) forward(i);
+  }
+  for (auto& l : layers) {
+    l.weight->endCalibration();
+    if (l.input) l.input->endCalibration();
+  }
+}
+
+const std::vector<std::string>& layerMetricNames() {
+  static const std::vector<std::string> names = {
+      "rel_l2",    "sqnr_db",   "mse",         "cosine",     "max_abs",
+      "clip_frac", "zero_frac", "act_sqnr_db", "act_rel_l2", "act_clip_frac"};
+  return names;
+}
+
+std::vector<int64_t> blocksPerLayer(const std::vector<QuantizedLayer>& layers) {
+  std::vector<int64_t> out;
+  for (const auto& l : layers)
+    out.push_back(l.linear->weight.numel() / fp4_block_size(l.weight->config().format));
+  return out;
+}
+
+void setMeasuringActivations(std::vector<QuantizedLayer>& layers, bool on) {
+  for (auto& l : layers)
+    if (l.input) l.input->setMeasuring(on);
+}
+
+LayerErrors measureLayers(std::vector<QuantizedLayer>& layers) {
+  torch::NoGradGuard noGrad;
+  LayerErrors out;
+  const size_t n = layers.size();
+  out.metricByLayer.assign(layerMetricNames().size(), std::vector<float>(n, NAN));
+  out.blockMse.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    QuantizedLayer& l = layers[i];
+    fp4_error_stats s;
+    fp4_stats_clear(&s);
+    torch::Tensor blockSq;
+    const float amax = l.weight->frozenAmax() ? l.weight->amax() : -1.0f;
+    fakeQuantize(l.linear->weight.detach(), l.weight->config(), amax, &s, &blockSq);
+    const double block = fp4_block_size(l.weight->config().format);
+    torch::Tensor mse = (blockSq.to(torch::kCPU) / block).contiguous();
+    out.blockMse[i].assign(mse.data_ptr<float>(), mse.data_ptr<float>() + mse.numel());
+    const std::vector<double> weight = {
+        fp4_stats_rel_l2(&s),       fp4_stats_sqnr_db(&s), fp4_stats_mse(&s),
+        fp4_stats_cosine(&s),       s.max_abs_err,         fp4_stats_clip_fraction(&s),
+        fp4_stats_zero_fraction(&s)};
+    for (size_t m = 0; m < weight.size(); ++m) out.metricByLayer[m][i] = float(weight[m]);
+    if (l.input && l.input->stats().count > 0) {
+      const fp4_error_stats& a = l.input->stats();
+      out.metricByLayer[7][i] = float(fp4_stats_sqnr_db(&a));
+      out.metricByLayer[8][i] = float(fp4_stats_rel_l2(&a));
+      out.metricByLayer[9][i] = float(fp4_stats_clip_fraction(&a));
+    }
+  }
+  return out;
+}
+
+std::string quantStateJson(const std::vector<QuantizedLayer>& layers, const QuantOptions& options) {
+  nlohmann::json j;
+  j["format"] = options.describe();
+  j["layers"] = nlohmann::json::object();
+  for (const auto& l : layers) {
+    nlohmann::json e;
+    auto amax = [](float a) { return std::isfinite(a) ? nlohmann::json(a) : nlohmann::json(); };
+    e["weight_amax"] = amax(l.weight->amax());
+    if (l.input) e["input_amax"] = amax(l.input->amax());
+    j["layers"][l.name] = e;
+  }
+  return j.dump(2) + "\n";
+}
+
+void loadQuantState(std::vector<QuantizedLayer>& layers, const std::string& text,
+                    const std::string& where) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.contains("layers") || !j["layers"].is_object())
+    throw Error("malformed quantizer state (no \"layers\" object)", where);
+  auto read = [&](const nlohmann::json& e, const char* key, const std::string& layer) {
+    if (!e.contains(key)) throw Error("no " + std::string(key) + " for layer " + layer, where);
+    return e[key].is_number() ? e[key].get<float>() : NAN;
+  };
+  for (auto& l : layers) {
+    if (!j["layers"].contains(l.name))
+      throw Error("the quantizer state has no layer " + l.name, where,
+                  "resume with the quant.* settings the run started with");
+    const nlohmann::json& e = j["layers"][l.name];
+    l.weight->setAmax(read(e, "weight_amax", l.name));
+    if (l.input) l.input->setAmax(read(e, "input_amax", l.name));
+  }
+}
+
+}  // namespace fp4lab::quant

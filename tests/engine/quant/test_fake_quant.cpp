@@ -1,0 +1,267 @@
+// Fake quantization on LibTorch tensors: the forward equals what an exporter writes, decoded
+// (fp4_quantize then fp4_dequantize, the kernels' own codec); the gradients are straight-through
+// or clipped; calibration takes the max; layer selection follows the globs and the defaults.
+// LibTorch first: c10 defines a CHECK macro that Catch's must replace, not the other way round.
+#include "quant/quantize_model.h"
+#include "train/recipe.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+using namespace fp4lab;
+
+namespace {
+
+// Independent of quant/: quantize to codes + scales, then decode, with the raw kernel API.
+torch::Tensor exportThenDecode(const torch::Tensor& w, const fp4_config& cfg, float amax) {
+  torch::Tensor x = w.to(torch::kFloat).contiguous();
+  const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  std::vector<uint8_t> codes(size_t(fp4_packed_bytes(rows, cols)));
+  std::vector<uint8_t> scales(size_t(fp4_scale_count(cfg.format, rows, cols)));
+  float global = 0;
+  REQUIRE(fp4_quantize(&cfg, x.data_ptr<float>(), rows, cols, amax, codes.data(), scales.data(),
+                       &global) == FP4_OK);
+  torch::Tensor y = torch::empty_like(x);
+  REQUIRE(fp4_dequantize(&cfg, codes.data(), scales.data(), global, rows, cols,
+                         y.data_ptr<float>()) == FP4_OK);
+  return y;
+}
+
+bool bitEqual(const torch::Tensor& a, const torch::Tensor& b) {
+  torch::Tensor x = a.contiguous(), y = b.contiguous();
+  return x.sizes() == y.sizes() && x.scalar_type() == y.scalar_type() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.nbytes())) == 0;
+}
+
+fp4_config configFor(fp4_format format, bool twoD, fp4_scale_rule rule = FP4_SCALE_RULE_CEIL) {
+  fp4_config c = fp4_default_config(format);
+  c.nvfp4_2d_blocks = twoD;
+  c.scale_rule = rule;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("Fake quantization equals decoding what an exporter writes", "[quant][exact]") {
+  torch::manual_seed(7);
+  struct Case {
+    fp4_format format;
+    bool twoD;
+    fp4_scale_rule rule;
+  };
+  for (Case c : {Case{FP4_FORMAT_MXFP4, false, FP4_SCALE_RULE_CEIL},
+                 Case{FP4_FORMAT_MXFP4, false, FP4_SCALE_RULE_FLOOR},
+                 Case{FP4_FORMAT_NVFP4, false, FP4_SCALE_RULE_CEIL},
+                 Case{FP4_FORMAT_NVFP4, true, FP4_SCALE_RULE_CEIL}}) {
+    for (auto shape : {std::vector<int64_t>{64, 256}, {37, 96}, {3, 5, 64}, {704, 256}}) {
+      if (c.format == FP4_FORMAT_MXFP4 && shape.back() % 32) continue;
+      torch::Tensor w = torch::randn(shape) * std::exp(torch::randn({1}).item<double>() * 4);
+      w.index_put_({0}, w.index({0}) * 50);  // an outlier row
+      const fp4_config cfg = configFor(c.format, c.twoD, c.rule);
+      for (float amax : {-1.0f, w.abs().max().item<float>() * 0.5f}) {
+        INFO("format " << c.format << " 2d " << c.twoD << " rule " << c.rule << " amax " << amax
+                       << " shape " << shape.size());
+        CHECK(bitEqual(quant::fakeQuantize(w, cfg, amax), exportThenDecode(w, cfg, amax)));
+        // The quantizer QuantLinear calls gives the same bits, with and without autograd.
+        quant::FakeQuantizer q(cfg, quant::Backward::StraightThrough,
+                               quant::FakeQuantizer::Role::Weight, amax >= 0);
+        if (amax >= 0) q.setAmax(amax);
+        torch::Tensor p = w.clone().requires_grad_(true);
+        CHECK(bitEqual(q.apply(p).detach(), exportThenDecode(w, cfg, amax)));
+        torch::NoGradGuard noGrad;
+        CHECK(bitEqual(q.apply(p), exportThenDecode(w, cfg, amax)));
+      }
+    }
+  }
+}
+
+TEST_CASE("BF16 inputs are quantized exactly and come back in BF16", "[quant][dtype]") {
+  torch::Tensor x = torch::randn({8, 64}).to(torch::kBFloat16);
+  const fp4_config cfg = configFor(FP4_FORMAT_NVFP4, false);
+  torch::Tensor y = quant::fakeQuantize(x, cfg, -1);
+  CHECK(y.scalar_type() == torch::kBFloat16);
+  CHECK(bitEqual(y, exportThenDecode(x.to(torch::kFloat), cfg, -1).to(torch::kBFloat16)));
+}
+
+TEST_CASE("Bad shapes get a clear error", "[quant][errors]") {
+  const fp4_config cfg = configFor(FP4_FORMAT_MXFP4, false);
+  CHECK_THROWS_WITH(quant::fakeQuantize(torch::randn({4, 48}), cfg, -1),
+                    Catch::Contains("not a multiple of the 32-element block"));
+  CHECK_THROWS(quant::fakeQuantize(torch::ones({4, 32}, torch::kLong), cfg, -1));
+  quant::FakeQuantizer frozen(cfg, quant::Backward::StraightThrough,
+                              quant::FakeQuantizer::Role::Input, true);
+  CHECK_THROWS_WITH(frozen.apply(torch::randn({2, 32})), Catch::Contains("before calibration"));
+}
+
+TEST_CASE("Straight-through and clipped straight-through gradients", "[quant][grad]") {
+  torch::manual_seed(3);
+  const fp4_config cfg = configFor(FP4_FORMAT_NVFP4, false);
+  torch::Tensor x0 = torch::randn({16, 64});
+  torch::Tensor upstream = torch::randn({16, 64});
+  const float amax = 1.0f;  // many |x| exceed it
+  SECTION("STE passes the gradient unchanged") {
+    quant::FakeQuantizer q(cfg, quant::Backward::StraightThrough, quant::FakeQuantizer::Role::Input,
+                           true);
+    q.setAmax(amax);
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    (q.apply(x) * upstream).sum().backward();
+    CHECK(bitEqual(x.grad(), upstream));
+  }
+  SECTION("clipped STE zeroes it beyond the calibrated amax") {
+    quant::FakeQuantizer q(cfg, quant::Backward::ClippedStraightThrough,
+                           quant::FakeQuantizer::Role::Input, true);
+    q.setAmax(amax);
+    torch::Tensor x = x0.clone().requires_grad_(true);
+    (q.apply(x) * upstream).sum().backward();
+    torch::Tensor expected = torch::where(x0.abs() <= amax, upstream, torch::zeros_like(upstream));
+    CHECK(bitEqual(x.grad(), expected));
+    CHECK(x0.abs().gt(amax).any().item<bool>());  // the case is not vacuous
+  }
+}
+
+TEST_CASE("Max calibration records the largest |x| over all batches", "[quant][calibration]") {
+  model::QuantLinear linear(64, 32, false);
+  quant::FakeQuantizer weight(configFor(FP4_FORMAT_NVFP4, false), quant::Backward::StraightThrough,
+                              quant::FakeQuantizer::Role::Weight, true);
+  auto w = std::make_shared<quant::FakeQuantizer>(weight);
+  auto in = std::make_shared<quant::FakeQuantizer>(configFor(FP4_FORMAT_NVFP4, false),
+                                                   quant::Backward::StraightThrough,
+                                                   quant::FakeQuantizer::Role::Input, true);
+  linear->weightQuantizer = w;
+  linear->inputQuantizer = in;
+  std::vector<quant::QuantizedLayer> layers = {{"l", linear, w, in}};
+  std::vector<torch::Tensor> batches = {torch::randn({4, 64}), torch::randn({4, 64}) * 3,
+                                        torch::randn({4, 64}) * 0.1};
+  torch::Tensor plain = torch::linear(batches[1], linear->weight);
+  quant::calibrate(layers, 3, [&](int64_t i) {
+    // While calibrating the layer computes in full precision.
+    torch::Tensor y = linear(batches[size_t(i)]);
+    if (i == 1) CHECK(bitEqual(y, plain));
+  });
+  float expected = 0;
+  for (auto& b : batches) expected = std::max(expected, b.abs().max().item<float>());
+  CHECK(in->amax() == expected);
+  CHECK(w->amax() == linear->weight.abs().max().item<float>());
+  // After calibration the layer computes linear(fq(x), fq(w)) with those amaxes.
+  torch::Tensor x = torch::randn({5, 64});
+  torch::NoGradGuard noGrad;
+  torch::Tensor expectedOut =
+      torch::linear(exportThenDecode(x, in->config(), expected),
+                    exportThenDecode(linear->weight, w->config(), w->amax()));
+  CHECK(bitEqual(linear(x), expectedOut));
+}
+
+TEST_CASE("A no-grad weight cache follows the weight's changes", "[quant][cache]") {
+  const fp4_config cfg = configFor(FP4_FORMAT_MXFP4, false);
+  quant::FakeQuantizer q(cfg, quant::Backward::StraightThrough, quant::FakeQuantizer::Role::Weight,
+                         false);
+  torch::Tensor w = torch::randn({8, 64});
+  torch::NoGradGuard noGrad;
+  torch::Tensor a = q.apply(w);
+  CHECK(q.apply(w).data_ptr() == a.data_ptr());  // reused
+  w.mul_(2);                                     // an optimizer step changes it in place
+  CHECK(bitEqual(q.apply(w), exportThenDecode(w, cfg, -1)));
+}
+
+TEST_CASE("Glob patterns", "[quant][select]") {
+  CHECK(quant::globMatch("model.layers.*", "model.layers.0.mlp.down_proj"));
+  CHECK(quant::globMatch("*lm_head*", "lm_head"));
+  CHECK(quant::globMatch("*.gate", "model.layers.1.block_sparse_moe.gate"));
+  CHECK_FALSE(quant::globMatch("*.gate", "model.layers.1.mlp.gate_proj"));
+  CHECK(quant::globMatch("model.layers.?.self_attn.*", "model.layers.3.self_attn.o_proj"));
+  CHECK_FALSE(quant::globMatch("model.layers.?.self_attn.*", "model.layers.13.self_attn.o_proj"));
+  CHECK(quant::globMatch("*", ""));
+  CHECK_FALSE(quant::globMatch("a*b", "acbd"));
+  CHECK(quant::splitPatterns(" a , ,b*,") == std::vector<std::string>{"a", "b*"});
+}
+
+TEST_CASE("Default selection: the blocks' linears, not lm_head, embeddings or routers",
+          "[quant][select]") {
+  model::ModelConfig c;
+  c.architecture = model::Architecture::Mixtral;
+  c.vocabSize = 64, c.hiddenSize = 64, c.intermediateSize = 128, c.numHiddenLayers = 2;
+  c.numAttentionHeads = 4, c.numKeyValueHeads = 2, c.headDim = 16;
+  c.numLocalExperts = 4, c.numExpertsPerTok = 2;
+  model::CausalLM m(c);
+  run::RunConfig config = run::RunConfig::fromYamlText(
+      "", {"recipe.name=qat", "quant.format=nvfp4", "quant.activations=false"});
+  auto layers = quant::attachQuantizers(m, quant::QuantOptions::fromConfig(config));
+  std::set<std::string> names;
+  for (auto& l : layers) {
+    names.insert(l.name);
+    CHECK(l.linear->weightQuantizer);
+    CHECK_FALSE(l.linear->inputQuantizer);  // W4A16
+  }
+  CHECK(names.count("model.layers.0.self_attn.q_proj"));
+  CHECK(names.count("model.layers.1.self_attn.o_proj"));
+  bool anyExpert = false, anyRouterOrHead = false;
+  for (auto& [name, linear] : m->quantLinears()) {
+    if (name.find("experts") != std::string::npos) anyExpert |= names.count(name) > 0;
+    if (name == "lm_head" || name.find("gate") == name.size() - 4)
+      anyRouterOrHead |= names.count(name) > 0 || bool(linear->weightQuantizer);
+  }
+  CHECK(anyExpert);
+  CHECK_FALSE(anyRouterOrHead);
+
+  model::CausalLM m2(c);
+  config.applyOverride("quant.include=nothing.*");
+  CHECK_THROWS_WITH(quant::attachQuantizers(m2, quant::QuantOptions::fromConfig(config)),
+                    Catch::Contains("no linear layer matches"));
+}
+
+TEST_CASE("Quantizer state round-trips through JSON", "[quant][state]") {
+  model::QuantLinear a(32, 16, false), b(32, 16, false);
+  const fp4_config cfg = configFor(FP4_FORMAT_NVFP4, false);
+  auto make = [&](model::QuantLinear& l, const std::string& name) {
+    auto w = std::make_shared<quant::FakeQuantizer>(cfg, quant::Backward::StraightThrough,
+                                                    quant::FakeQuantizer::Role::Weight, true);
+    auto in = std::make_shared<quant::FakeQuantizer>(cfg, quant::Backward::StraightThrough,
+                                                     quant::FakeQuantizer::Role::Input, true);
+    return quant::QuantizedLayer{name, l, w, in};
+  };
+  std::vector<quant::QuantizedLayer> saved = {make(a, "x.a"), make(b, "x.b")};
+  saved[0].weight->setAmax(1.5f), saved[0].input->setAmax(7.25f);
+  saved[1].weight->setAmax(0.003f), saved[1].input->setAmax(123456.0f);
+  quant::QuantOptions options;
+  const std::string json = quant::quantStateJson(saved, options);
+  std::vector<quant::QuantizedLayer> loaded = {make(a, "x.a"), make(b, "x.b")};
+  quant::loadQuantState(loaded, json, "test");
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(loaded[i].weight->amax() == saved[i].weight->amax());
+    CHECK(loaded[i].input->amax() == saved[i].input->amax());
+  }
+  std::vector<quant::QuantizedLayer> other = {make(a, "y.a")};
+  CHECK_THROWS_WITH(quant::loadQuantState(other, json, "test"), Catch::Contains("no layer y.a"));
+  CHECK_THROWS(quant::loadQuantState(other, "{not json", "test"));
+}
+
+TEST_CASE("Token KL matches a direct computation and ignores unscored positions", "[quant][kl]") {
+  torch::manual_seed(11);
+  torch::Tensor t = torch::randn({2, 5, 9}) * 2, s = torch::randn({2, 5, 9}) * 2;
+  torch::Tensor targets = torch::full({2, 5}, 1, torch::kLong);
+  targets.index_put_({0, 1}, -100);
+  targets.index_put_({1, 4}, -100);
+  for (double temperature : {1.0, 2.0}) {
+    double sum = 0;
+    int count = 0;
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 5; ++i) {
+        if (targets[b][i].item<int64_t>() == -100) continue;
+        torch::Tensor p = torch::softmax(t[b][i].to(torch::kDouble) / temperature, 0);
+        torch::Tensor q = torch::softmax(s[b][i].to(torch::kDouble) / temperature, 0);
+        sum += (p * (p.log() - q.log())).sum().item<double>();
+        ++count;
+      }
+    CHECK(train::tokenKl(t, s, targets, temperature).item<double>() ==
+          Approx(sum / count).epsilon(1e-5));
+  }
+  CHECK(train::tokenKl(t, t, targets).item<double>() == Approx(0).margin(1e-6));
+  // Changing an unscored position changes nothing.
+  torch::Tensor s2 = s.clone();
+  s2.index_put_({0, 1}, torch::randn({9}) * 10);
+  CHECK(train::tokenKl(t, s2, targets).item<double>() ==
+        Approx(train::tokenKl(t, s, targets).item<double>()));
+}
