@@ -38,6 +38,9 @@ inline V splat(float f) {
 inline VU splatU(uint32_t u) {
   return VU{} + u;
 }
+inline VU minU(VU a, VU b) {
+  return a < b ? a : b;
+}
 inline VU maxU(VU a, VU b) {
   return a > b ? a : b;
 }
@@ -194,7 +197,7 @@ inline V quotient(V a, double reciprocal) {
 // rounds to the grid with the FPU's ties-to-even, which are e2m1NearestIndex's ties (0.25->0,
 // 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4). Everything above 6 saturates to 6.
 inline V e2m1Round(V s) {
-  s = s < 6.0f ? s : splat(6.0f);
+  s = (V)minU((VU)s, splatU(0x40C00000u));  // 6.0; the bits of floats >= 0 order like them
   V magic = (V)(maxU((VU)s & 0x7F800000u, splatU(0x3F800000u)) + (22u << 23));
   return (s + magic) - magic;
 }
@@ -225,13 +228,14 @@ inline V fakeQuant(bool mx, float factor, double reciprocal, float decoded, V x)
 // Markstein's theorem: with inverse = RN(1 / decoded) and q = RN(|x| * inverse), the remainder
 // |x| - q * decoded is exact and RN(q + remainder * inverse) is RN(|x| / decoded), provided
 // nothing overflows or underflows (groupScales admits only blocks where that holds).
-inline V fakeQuantFma(float inverse, float decoded, V x) {
+inline V fakeQuantFma(const float* inverse, const float* decoded, V x) {
   V a = (V)((VU)x & 0x7FFFFFFFu);
-  __m512 av = (__m512)a, inv = (__m512)splat(inverse), d = (__m512)splat(decoded);
+  // Broadcasts from memory take a load port, not the shuffle port the rest of the loop needs.
+  __m512 av = (__m512)a, inv = _mm512_set1_ps(*inverse), d = _mm512_set1_ps(*decoded);
   __m512 q = _mm512_mul_ps(av, inv);
   __m512 remainder = _mm512_fnmadd_ps(q, d, av);
   V scaled = (V)_mm512_fmadd_ps(remainder, inv, q);
-  return (V)((VU)e2m1Round(scaled) | ((VU)x & 0x80000000u)) * decoded;
+  return (V)_mm512_mul_ps((__m512)((VU)e2m1Round(scaled) | ((VU)x & 0x80000000u)), d);
 }
 #endif
 
@@ -342,9 +346,6 @@ inline void groupScales(const Job& job, VU amaxBits, GroupScales& g) {
   std::memcpy(g.decoded, &decoded, sizeof decoded);
   std::memcpy(g.multiplier, &multiplier, sizeof multiplier);
   if (job.cfg.format == FP4_FORMAT_NVFP4) {
-    // Two vector divisions per 16 blocks instead of a scalar one per block.
-    VD16 reciprocal = 1.0 / __builtin_convertvector(decoded, VD16);
-    std::memcpy(g.reciprocal, &reciprocal, sizeof reciprocal);
     // fakeQuantFma's bounds: a normal inverse, quotients below 2^20 (so no overflow), and a
     // decoded scale large enough that the remainder of a quotient >= 0.25 cannot underflow.
     V inverse = 1.0f / decoded;
@@ -355,6 +356,15 @@ inline void groupScales(const Job& job, VU amaxBits, GroupScales& g) {
   }
   std::memcpy(g.vectorOk, &ok, sizeof ok);
   std::memcpy(g.bytes, &bytes, sizeof bytes);
+}
+
+// NVFP4: the double reciprocals of the decoded scales, for the paths without FMA (two vector
+// divisions per 16 blocks instead of a scalar one per block).
+inline void groupReciprocals(GroupScales& g) {
+  V decoded;
+  std::memcpy(&decoded, g.decoded, sizeof decoded);
+  VD16 reciprocal = 1.0 / __builtin_convertvector(decoded, VD16);
+  std::memcpy(g.reciprocal, &reciprocal, sizeof reciprocal);
 }
 
 // NVFP4 16x16 tiles: the amax (as bits, NaN/Inf >= 0x7F800000) of each column block over rows
@@ -399,13 +409,6 @@ void vectorBlocksCodes(const float* in, const GroupScales& g, int count, uint8_t
 template <int Block>
 void vectorBlocksFake(const float* in, const GroupScales& g, int count, float* y) {
   constexpr bool mx = Block == kMxfp4BlockSize;
-#ifdef __AVX512F__
-  if (!mx && allSet(g.fmaOk, count)) {
-    for (int i = 0; i < count; ++i)
-      store(y + i * kLanes, fakeQuantFma(g.inverse[i], g.decoded[i], load(in + i * kLanes)));
-    return;
-  }
-#endif
   for (int i = 0; i < count; ++i)
     for (int v = 0; v < Block / kLanes; ++v) {
       V x = load(in + i * Block + v * kLanes);
@@ -453,6 +456,18 @@ void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* st
       groupScales(job, amaxBits, g);
       if (M == Mode::Quantize)
         for (int i = 0; i < count; ++i) job.scales[r * blocks + b0 + i] = uint8_t(g.bytes[i]);
+#ifdef __AVX512F__
+      if (!mx && M == Mode::Fake && allSet(g.fmaOk, count)) {
+        if (job.y) {
+          float* y = job.y + r * job.cols + b0 * Block;
+          for (int i = 0; i < count; ++i)
+            store(y + i * kLanes,
+                  fakeQuantFma(g.inverse + i, g.decoded + i, load(in + i * kLanes)));
+        }
+        continue;
+      }
+#endif
+      if (!mx) groupReciprocals(g);
       if (M != Mode::FakeWithStats && allSet(g.vectorOk, count)) {
         // The common case, in loops without calls so that their constants stay in registers.
         const int64_t flat = r * job.cols + b0 * Block;
