@@ -417,118 +417,165 @@ void vectorBlocksFake(const float* in, const GroupScales& g, int count, float* y
     }
 }
 
+// Block maxima (bits of |x|; NaN/Inf >= 0x7F800000) of `count` consecutive blocks at `in`,
+// lane i for block i.
+template <int Block>
+inline VU groupAmaxBits(const float* in, int count) {
+  VU perBlock[kLanes];
+  for (int i = 0; i < kLanes; ++i) {
+    VU m{};
+    if (i < count)
+      for (int v = 0; v < Block / kLanes; ++v)
+        m = maxU(m, (VU)load(in + i * Block + v * kLanes) & 0x7FFFFFFFu);
+    perBlock[i] = m;
+  }
+  return reduceMax16(perBlock);
+}
+
+// Up to 16 consecutive blocks of row r from block b0: their inputs, maxima and scales.
+struct Group {
+  int64_t r = 0, b0 = 0;
+  int count = 0;
+  const float* in = nullptr;
+  VU amaxBits{};
+  GroupScales g;
+};
+
+// Quantizes (or fake-quantizes) one group whose maxima and scales are known.
+template <Mode M, int Block>
+void processGroup(const Job& job, Group& group, StatsAccumulator& acc, fp4_error_stats* stats) {
+  constexpr int vecsPerBlock = Block / kLanes;
+  constexpr bool mx = Block == kMxfp4BlockSize;
+  const int64_t blocks = job.cols / Block, r = group.r, b0 = group.b0;
+  const int count = group.count;
+  const float* in = group.in;
+  const VU amaxBits = group.amaxBits;
+  GroupScales& g = group.g;
+  if (M == Mode::Quantize)
+    for (int i = 0; i < count; ++i) job.scales[r * blocks + b0 + i] = uint8_t(g.bytes[i]);
+#ifdef __AVX512F__
+  if (!mx && M == Mode::Fake && allSet(g.fmaOk, count)) {
+    if (job.y) {
+      float* y = job.y + r * job.cols + b0 * Block;
+      for (int i = 0; i < count; ++i)
+        store(y + i * kLanes, fakeQuantFma(g.inverse + i, g.decoded + i, load(in + i * kLanes)));
+    }
+    return;
+  }
+#endif
+  if (!mx) groupReciprocals(g);
+  if (M != Mode::FakeWithStats && allSet(g.vectorOk, count)) {
+    // The common case, in loops without calls so that their constants stay in registers.
+    const int64_t flat = r * job.cols + b0 * Block;
+    if (M == Mode::Quantize)
+      vectorBlocksCodes<Block>(in, g, count, job.codes + flat / 2);
+    else if (job.y)
+      vectorBlocksFake<Block>(in, g, count, job.y + flat);
+    return;
+  }
+
+  for (int i = 0; i < count; ++i) {
+    const float* vals = in + i * Block;
+    const int64_t c0 = (b0 + i) * Block, bi = r * blocks + b0 + i;
+    const float decoded = g.decoded[i];
+    const bool finite = amaxBits[i] < 0x7F800000u;
+    float* y = M != Mode::Quantize && job.y ? job.y + r * job.cols + c0 : nullptr;
+    double blockErr = 0.0;
+    if (g.vectorOk[i]) {
+      const float clipLimit = 6.0f * decoded;
+      for (int v = 0; v < vecsPerBlock; ++v) {
+        V x = load(vals + v * kLanes);
+        const double reciprocal = mx ? 0.0 : g.reciprocal[i];
+        if (M == Mode::Quantize) {
+          packCodes(encodeCodes(mx, g.multiplier[i], reciprocal, x),
+                    job.codes + (r * job.cols + c0) / 2 + v * 8);
+          continue;
+        }
+        V q = fakeQuant(mx, g.multiplier[i], reciprocal, decoded, x);
+        if (y) store(y + v * kLanes, q);
+        if (M == Mode::FakeWithStats)
+          blockErr += acc.add(x, q, (V)((VU)x & 0x7FFFFFFFu), clipLimit);
+      }
+    } else {
+      BlockScale s;
+      s.byte = uint8_t(g.bytes[i]);
+      s.decoded = decoded;
+      s.finite = finite;
+      uint8_t codes[32];
+      scalarBlockCodes(job, s, vals, r, c0, codes);
+      if (M == Mode::Quantize) {
+        packScalarCodes(codes, Block, job.codes + (r * job.cols + c0) / 2);
+        continue;
+      }
+      alignas(64) float q[32];
+      for (int e = 0; e < Block; ++e) q[e] = e2m1Decode(codes[e]) * decoded;
+      if (y) std::memcpy(y, q, sizeof(float) * size_t(Block));
+      if (M != Mode::FakeWithStats) continue;
+      if (!finite) {
+        for (int e = 0; e < Block; ++e) stats->nonfinite += !isFiniteFloat(vals[e]);
+      } else {
+        float clipLimit = decoded > 0.0f ? 6.0f * decoded : 0.0f;
+        for (int v = 0; v < vecsPerBlock; ++v) {
+          V x = load(vals + v * kLanes);
+          blockErr += acc.add(x, load(q + v * kLanes), (V)((VU)x & 0x7FFFFFFFu), clipLimit);
+        }
+      }
+    }
+    if (M != Mode::FakeWithStats) continue;
+    const float nan = bitsToFloat(0x7FC00000u);
+    if (job.blockSqErr) job.blockSqErr[bi] = finite ? float(blockErr) : nan;
+    if (job.blockAmax) job.blockAmax[bi] = finite ? bitsToFloat(amaxBits[i]) : nan;
+  }
+}
+
 // Quantizes (or fake-quantizes) rows [row0, row1) in groups of up to 16 blocks of Block floats.
 template <Mode M, int Block>
 void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* stats) {
-  constexpr int vecsPerBlock = Block / kLanes;
-  constexpr bool mx = Block == kMxfp4BlockSize;
   const int64_t blocks = job.cols / Block;
   const bool tiles = job.cfg.nvfp4_2d_blocks != 0;
-  std::vector<uint32_t> tile;
   StatsAccumulator acc(stats);
-  alignas(64) float rotated[kLanes * 32];
-  GroupScales g;
-  for (int64_t r = row0; r < row1; ++r) {
-    if (tiles && (r - row0) % 16 == 0) tileAmaxBits(job, r, std::min(r + 16, row1), tile);
-    for (int64_t b0 = 0; b0 < blocks; b0 += kLanes) {
-      const int count = int(std::min<int64_t>(kLanes, blocks - b0));
-      const float* in = job.x + r * job.cols + b0 * Block;
-      if (job.cfg.hadamard) {
-        hadamard(in, rotated, int64_t(count) * Block, false);
-        in = rotated;
-      }
-      VU amaxBits;
-      if (tiles) {
-        uint32_t t[kLanes] = {};
-        std::memcpy(t, tile.data() + b0, sizeof(uint32_t) * size_t(count));
-        std::memcpy(&amaxBits, t, sizeof t);
-      } else {
-        VU perBlock[kLanes];
-        for (int i = 0; i < kLanes; ++i) {
-          VU m{};
-          if (i < count)
-            for (int v = 0; v < vecsPerBlock; ++v)
-              m = maxU(m, (VU)load(in + i * Block + v * kLanes) & 0x7FFFFFFFu);
-          perBlock[i] = m;
+  if (!tiles && !job.cfg.hadamard) {
+    // Software pipelining: the next group's maxima and scales (a long dependency chain through
+    // two divisions) are computed before this group's elements, so that the two overlap.
+    Group groups[2];
+    auto prepare = [&](Group& group, int64_t r, int64_t b0) {
+      group.r = r, group.b0 = b0;
+      group.count = int(std::min<int64_t>(kLanes, blocks - b0));
+      group.in = job.x + r * job.cols + b0 * Block;
+      group.amaxBits = groupAmaxBits<Block>(group.in, group.count);
+      groupScales(job, group.amaxBits, group.g);
+    };
+    prepare(groups[0], row0, 0);
+    for (int now = 0;; now ^= 1) {
+      int64_t r = groups[now].r, b0 = groups[now].b0 + kLanes;
+      if (b0 >= blocks) b0 = 0, ++r;
+      if (r < row1) prepare(groups[now ^ 1], r, b0);
+      processGroup<M, Block>(job, groups[now], acc, stats);
+      if (r >= row1) break;
+    }
+  } else {
+    std::vector<uint32_t> tile;
+    alignas(64) float rotated[kLanes * 32];
+    Group group;
+    for (int64_t r = row0; r < row1; ++r) {
+      if (tiles && (r - row0) % 16 == 0) tileAmaxBits(job, r, std::min(r + 16, row1), tile);
+      for (int64_t b0 = 0; b0 < blocks; b0 += kLanes) {
+        group.r = r, group.b0 = b0;
+        group.count = int(std::min<int64_t>(kLanes, blocks - b0));
+        group.in = job.x + r * job.cols + b0 * Block;
+        if (job.cfg.hadamard) {
+          hadamard(group.in, rotated, int64_t(group.count) * Block, false);
+          group.in = rotated;
         }
-        amaxBits = reduceMax16(perBlock);
-      }
-      groupScales(job, amaxBits, g);
-      if (M == Mode::Quantize)
-        for (int i = 0; i < count; ++i) job.scales[r * blocks + b0 + i] = uint8_t(g.bytes[i]);
-#ifdef __AVX512F__
-      if (!mx && M == Mode::Fake && allSet(g.fmaOk, count)) {
-        if (job.y) {
-          float* y = job.y + r * job.cols + b0 * Block;
-          for (int i = 0; i < count; ++i)
-            store(y + i * kLanes,
-                  fakeQuantFma(g.inverse + i, g.decoded + i, load(in + i * kLanes)));
-        }
-        continue;
-      }
-#endif
-      if (!mx) groupReciprocals(g);
-      if (M != Mode::FakeWithStats && allSet(g.vectorOk, count)) {
-        // The common case, in loops without calls so that their constants stay in registers.
-        const int64_t flat = r * job.cols + b0 * Block;
-        if (M == Mode::Quantize)
-          vectorBlocksCodes<Block>(in, g, count, job.codes + flat / 2);
-        else if (job.y)
-          vectorBlocksFake<Block>(in, g, count, job.y + flat);
-        continue;
-      }
-
-      for (int i = 0; i < count; ++i) {
-        const float* vals = in + i * Block;
-        const int64_t c0 = (b0 + i) * Block, bi = r * blocks + b0 + i;
-        const float decoded = g.decoded[i];
-        const bool finite = amaxBits[i] < 0x7F800000u;
-        float* y = M != Mode::Quantize && job.y ? job.y + r * job.cols + c0 : nullptr;
-        double blockErr = 0.0;
-        if (g.vectorOk[i]) {
-          const float clipLimit = 6.0f * decoded;
-          for (int v = 0; v < vecsPerBlock; ++v) {
-            V x = load(vals + v * kLanes);
-            const double reciprocal = mx ? 0.0 : g.reciprocal[i];
-            if (M == Mode::Quantize) {
-              packCodes(encodeCodes(mx, g.multiplier[i], reciprocal, x),
-                        job.codes + (r * job.cols + c0) / 2 + v * 8);
-              continue;
-            }
-            V q = fakeQuant(mx, g.multiplier[i], reciprocal, decoded, x);
-            if (y) store(y + v * kLanes, q);
-            if (M == Mode::FakeWithStats)
-              blockErr += acc.add(x, q, (V)((VU)x & 0x7FFFFFFFu), clipLimit);
-          }
+        if (tiles) {
+          uint32_t t[kLanes] = {};
+          std::memcpy(t, tile.data() + b0, sizeof(uint32_t) * size_t(group.count));
+          std::memcpy(&group.amaxBits, t, sizeof t);
         } else {
-          BlockScale s;
-          s.byte = uint8_t(g.bytes[i]);
-          s.decoded = decoded;
-          s.finite = finite;
-          uint8_t codes[32];
-          scalarBlockCodes(job, s, vals, r, c0, codes);
-          if (M == Mode::Quantize) {
-            packScalarCodes(codes, Block, job.codes + (r * job.cols + c0) / 2);
-            continue;
-          }
-          alignas(64) float q[32];
-          for (int e = 0; e < Block; ++e) q[e] = e2m1Decode(codes[e]) * decoded;
-          if (y) std::memcpy(y, q, sizeof(float) * size_t(Block));
-          if (M != Mode::FakeWithStats) continue;
-          if (!finite) {
-            for (int e = 0; e < Block; ++e) stats->nonfinite += !isFiniteFloat(vals[e]);
-          } else {
-            float clipLimit = decoded > 0.0f ? 6.0f * decoded : 0.0f;
-            for (int v = 0; v < vecsPerBlock; ++v) {
-              V x = load(vals + v * kLanes);
-              blockErr += acc.add(x, load(q + v * kLanes), (V)((VU)x & 0x7FFFFFFFu), clipLimit);
-            }
-          }
+          group.amaxBits = groupAmaxBits<Block>(group.in, group.count);
         }
-        if (M != Mode::FakeWithStats) continue;
-        const float nan = bitsToFloat(0x7FC00000u);
-        if (job.blockSqErr) job.blockSqErr[bi] = finite ? float(blockErr) : nan;
-        if (job.blockAmax) job.blockAmax[bi] = finite ? bitsToFloat(amaxBits[i]) : nan;
+        groupScales(job, group.amaxBits, group.g);
+        processGroup<M, Block>(job, group, acc, stats);
       }
     }
   }
