@@ -304,14 +304,44 @@ inline VI exp2Bits(VI biased) {
 }
 
 struct GroupScales {
-  alignas(64) float decoded[kLanes];      // 2^e, or float(E4M3) * s2; NaN for non-finite blocks
-  alignas(64) float multiplier[kLanes];   // MXFP4: 2^-e
-  alignas(64) double reciprocal[kLanes];  // NVFP4: 1 / decoded, correctly rounded in double
-  alignas(64) float inverse[kLanes];      // NVFP4: 1 / decoded, correctly rounded in float
-  alignas(64) int32_t fmaOk[kLanes];      // NVFP4: vectorOk, and fakeQuantFma is exact
-  alignas(64) int32_t vectorOk[kLanes];   // finite, non-zero scale, nearest rounding
+  alignas(64) float decoded[kLanes];         // 2^e, or float(E4M3) * s2; NaN for non-finite blocks
+  alignas(64) float multiplier[kLanes];      // MXFP4: 2^-e
+  alignas(64) double reciprocal[kLanes];     // NVFP4: 1 / decoded, correctly rounded in double
+  alignas(64) float inverse[kLanes];         // NVFP4: 1 / decoded, correctly rounded in float
+  alignas(64) int32_t fmaOk[kLanes];         // NVFP4: vectorOk, and fakeQuantFma is exact
+  uint32_t vectorOkMask = 0, fmaOkMask = 0;  // bit i: lane i of vectorOk, fmaOk
+  alignas(64) int32_t vectorOk[kLanes];      // finite, non-zero scale, nearest rounding
   alignas(64) int32_t bytes[kLanes];
 };
+
+// Bit i set where lane i is non-zero.
+inline uint32_t laneMask(VI v) {
+#ifdef __AVX512F__
+  return _mm512_test_epi32_mask((__m512i)v, (__m512i)v);
+#else
+  uint32_t m = 0;
+  for (int i = 0; i < kLanes; ++i) m |= uint32_t(v[i] != 0) << i;
+  return m;
+#endif
+}
+
+// amax / d6 correctly rounded (d6 = 6 s2: the E4M3 scale before encoding).
+inline V scaleQuotients(V amax, VI finite, float d6) {
+#ifdef __AVX512F__
+  // Markstein's correction as in fakeQuantFma, without a division on the group's critical path.
+  // Exact when the inverse is normal, the finite quotients stay below 2^20 and d6 >= 2^-80 (the
+  // remainder of a quotient >= 2^-11 is then a multiple of 2^-137; smaller quotients encode to 0
+  // either way). Non-finite lanes are replaced by the caller.
+  if (d6 >= 0x1p-80f && d6 <= 0x1p80f && !laneMask(finite & (amax > d6 * 0x1p20f))) {
+    __m512 a = (__m512)amax, d = _mm512_set1_ps(d6), inverse = _mm512_set1_ps(1.0f / d6);
+    __m512 q = _mm512_mul_ps(a, inverse);
+    return (V)_mm512_fmadd_ps(_mm512_fnmadd_ps(q, d, a), inverse, q);
+  }
+#else
+  (void)finite;
+#endif
+  return amax / d6;
+}
 
 inline void groupScales(const Job& job, VU amaxBits, GroupScales& g) {
   VI finite = amaxBits < 0x7F800000u;
@@ -335,7 +365,7 @@ inline void groupScales(const Job& job, VU amaxBits, GroupScales& g) {
     multiplier = (V)exp2Bits(kE8M0Bias - shared);
     bytes = finite ? bytes : VI{} + kE8M0NaN;
   } else {
-    V scaleValue = (V)amaxBits / (6.0f * job.globalScale);
+    V scaleValue = scaleQuotients((V)amaxBits, finite, 6.0f * job.globalScale);
     bytes = e4m3EncodeScales(scaleValue);
     decoded = e4m3DecodeScales(bytes) * job.globalScale;
     bytes = finite ? bytes : VI{} + kE4M3NaN;
@@ -353,8 +383,10 @@ inline void groupScales(const Job& job, VU amaxBits, GroupScales& g) {
         ok & (decoded >= 0x1p-100f) & (decoded <= 0x1p100f) & ((V)amaxBits <= decoded * 0x1p20f);
     std::memcpy(g.inverse, &inverse, sizeof inverse);
     std::memcpy(g.fmaOk, &fmaOk, sizeof fmaOk);
+    g.fmaOkMask = laneMask(fmaOk);
   }
   std::memcpy(g.vectorOk, &ok, sizeof ok);
+  g.vectorOkMask = laneMask(ok);
   std::memcpy(g.bytes, &bytes, sizeof bytes);
 }
 
@@ -387,10 +419,10 @@ void tileAmaxBits(const Job& job, int64_t r, int64_t rEnd, std::vector<uint32_t>
 
 enum class Mode { Quantize, Fake, FakeWithStats };
 
-inline bool allSet(const int32_t* lanes, int count) {
-  int i = 0;
-  while (i < count && lanes[i]) ++i;
-  return i == count;
+// Whether bits 0 .. count - 1 of mask are all set.
+inline bool allSet(uint32_t mask, int count) {
+  uint32_t want = (1u << count) - 1u;
+  return (mask & want) == want;
 }
 
 // Codes, or fake-quantized values, of `count` consecutive blocks that all take the vector path.
@@ -454,7 +486,7 @@ void processGroup(const Job& job, Group& group, StatsAccumulator& acc, fp4_error
   if (M == Mode::Quantize)
     for (int i = 0; i < count; ++i) job.scales[r * blocks + b0 + i] = uint8_t(g.bytes[i]);
 #ifdef __AVX512F__
-  if (!mx && M == Mode::Fake && allSet(g.fmaOk, count)) {
+  if (!mx && M == Mode::Fake && allSet(g.fmaOkMask, count)) {
     if (job.y) {
       float* y = job.y + r * job.cols + b0 * Block;
       for (int i = 0; i < count; ++i)
@@ -464,7 +496,7 @@ void processGroup(const Job& job, Group& group, StatsAccumulator& acc, fp4_error
   }
 #endif
   if (!mx) groupReciprocals(g);
-  if (M != Mode::FakeWithStats && allSet(g.vectorOk, count)) {
+  if (M != Mode::FakeWithStats && allSet(g.vectorOkMask, count)) {
     // The common case, in loops without calls so that their constants stay in registers.
     const int64_t flat = r * job.cols + b0 * Block;
     if (M == Mode::Quantize)
