@@ -109,11 +109,22 @@ typedef double VD __attribute__((vector_size(64)));
 typedef double VD16 __attribute__((vector_size(128)));
 typedef float V8 __attribute__((vector_size(32)));
 
+// Converted as one 16-lane vector: GCC 12 turns a converted half into four 128-bit conversions.
 inline VD lowHalf(V v) {
-  return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), VD);
+  VD16 d = __builtin_convertvector(v, VD16);
+  return __builtin_shufflevector(d, d, 0, 1, 2, 3, 4, 5, 6, 7);
 }
 inline VD highHalf(V v) {
-  return __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), VD);
+  VD16 d = __builtin_convertvector(v, VD16);
+  return __builtin_shufflevector(d, d, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+// A pairwise sum (fewer dependent additions than hsumD; per-block errors need no fixed order).
+inline double treeSumD(VD v) {
+  typedef double VD4 __attribute__((vector_size(32)));
+  typedef double VD2 __attribute__((vector_size(16)));
+  VD4 a = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+  VD2 b = __builtin_shufflevector(a, a, 0, 1) + __builtin_shufflevector(a, a, 2, 3);
+  return b[0] + b[1];
 }
 inline double hsumD(VD v) {
   double s = 0.0;
@@ -129,8 +140,8 @@ struct StatsAccumulator {
   VI clipped{}, flushed{};
   fp4_error_stats* out;
   explicit StatsAccumulator(fp4_error_stats* o) : out(o) {}
-  // Adds 16 elements; returns their summed squared error.
-  double add(V x, V q, V a, float clipLimit) {
+  // Adds 16 elements; returns their squared errors, summed in pairs.
+  VD add(V x, V q, V a, float clipLimit) {
     VD xl = lowHalf(x), xh = highHalf(x), ql = lowHalf(q), qh = highHalf(q);
     VD el = xl - ql, eh = xh - qh;  // exact in double
     VD errSq = el * el + eh * eh;
@@ -144,7 +155,7 @@ struct StatsAccumulator {
     if (clipLimit > 0.0f) clipped -= (a > clipLimit);
     flushed -= (a != 0.0f) & (q == 0.0f);
     out->count += kLanes;
-    return hsumD(errSq);
+    return errSq;
   }
   void flush() {
     out->sum_x2 += hsumD(x2);
@@ -512,7 +523,7 @@ void processGroup(const Job& job, Group& group, StatsAccumulator& acc, fp4_error
     const float decoded = g.decoded[i];
     const bool finite = amaxBits[i] < 0x7F800000u;
     float* y = M != Mode::Quantize && job.y ? job.y + r * job.cols + c0 : nullptr;
-    double blockErr = 0.0;
+    VD blockErr{};
     if (g.vectorOk[i]) {
       const float clipLimit = 6.0f * decoded;
       for (int v = 0; v < vecsPerBlock; ++v) {
@@ -523,7 +534,12 @@ void processGroup(const Job& job, Group& group, StatsAccumulator& acc, fp4_error
                     job.codes + (r * job.cols + c0) / 2 + v * 8);
           continue;
         }
+#ifdef __AVX512F__
+        V q = !mx && g.fmaOk[i] ? fakeQuantFma(g.inverse + i, g.decoded + i, x)
+                                : fakeQuant(mx, g.multiplier[i], reciprocal, decoded, x);
+#else
         V q = fakeQuant(mx, g.multiplier[i], reciprocal, decoded, x);
+#endif
         if (y) store(y + v * kLanes, q);
         if (M == Mode::FakeWithStats)
           blockErr += acc.add(x, q, (V)((VU)x & 0x7FFFFFFFu), clipLimit);
@@ -555,7 +571,7 @@ void processGroup(const Job& job, Group& group, StatsAccumulator& acc, fp4_error
     }
     if (M != Mode::FakeWithStats) continue;
     const float nan = bitsToFloat(0x7FC00000u);
-    if (job.blockSqErr) job.blockSqErr[bi] = finite ? float(blockErr) : nan;
+    if (job.blockSqErr) job.blockSqErr[bi] = finite ? float(treeSumD(blockErr)) : nan;
     if (job.blockAmax) job.blockAmax[bi] = finite ? bitsToFloat(amaxBits[i]) : nan;
   }
 }
