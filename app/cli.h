@@ -41,5 +41,6 @@ int runInspect(const std::vector<std::string>& args);
 int runEval(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);
 int runBaseModel(const std::vector<std::string>& args);
+int runExperiment(const std::vector<std::string>& args);
 
 }  // namespace fp4lab::cli

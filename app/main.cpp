@@ -12,7 +12,10 @@
 namespace {
 
 const fp4lab::cli::Command kCommands[] = {
-    {"train", "run a training run (SFT) from a YAML config; writes a run folder with an HDF5 log",
+    {"experiment",
+     "the built-in SFT -> PTQ / QAT / QAD experiment in MXFP4 and NVFP4, with a report",
+     fp4lab::cli::runExperiment},
+    {"train", "one run (sft, ptq, qat, qad) from a YAML config; a run folder with an HDF5 log",
      fp4lab::cli::runTrain},
     {"inspect", "summarize a run folder from its log", fp4lab::cli::runInspect},
     {"eval", "mean token cross-entropy of a model on a JSONL file", fp4lab::cli::runEval},

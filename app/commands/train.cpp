@@ -13,73 +13,19 @@
 #include <sstream>
 
 #include "cli.h"
+#include "progress.h"
 #include "fp4lab/error.h"
 #include "fp4lab/log/run_log.h"
 #include "fp4lab/run/runner.h"
 #include "model/generate.h"
 #include "run/model_source.h"
+#include "run/task_eval.h"
 #include "train/recipe.h"
 
 namespace fp4lab::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::atomic<bool> g_stop{false};
-
-void onSignal(int) {
-  if (g_stop.exchange(true)) {  // a second Ctrl-C: stop now
-    signal(SIGINT, SIG_DFL);
-    raise(SIGINT);
-  }
-}
-
-std::string duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  int s = int(seconds + 0.5);
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%dh%02dm", s / 3600, (s / 60) % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
-  return buf;
-}
-
-// The terminal progress bar: step/total, loss, lr, tokens/s, ETA.
-class Progress {
- public:
-  explicit Progress(bool tty) : m_tty(tty) {}
-  void operator()(const run::RunEvent& e) {
-    if (e.kind == "step") {
-      if (!m_tty && e.step % std::max<int64_t>(1, e.maxSteps / 20) != 0 && e.step != e.maxSteps)
-        return;
-      const int width = 24;
-      int filled = int(double(width) * double(e.step) / double(std::max<int64_t>(1, e.maxSteps)));
-      std::string bar(size_t(filled), '=');
-      if (filled < width) bar += '>' + std::string(size_t(width - filled - 1), ' ');
-      std::fprintf(stderr,
-                   "%s[%s] step %" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  %.0f tok/s  ETA %s%s",
-                   m_tty ? "\r" : "", bar.c_str(), e.step, e.maxSteps, e.loss, e.lr,
-                   e.tokensPerSecond, duration(e.etaSeconds).c_str(), m_tty ? "   " : "\n");
-    } else if (e.kind == "eval") {
-      std::fprintf(stderr, "%seval at step %" PRId64 ": val_loss %.4f  val_ppl %.3f\n",
-                   m_tty ? "\n" : "", e.step, e.metrics.at("val_loss"), e.metrics.at("val_ppl"));
-    } else if (e.kind == "checkpoint") {
-      std::fprintf(stderr, "%scheckpoint: %s\n", m_tty ? "\n" : "", e.path.c_str());
-    } else if (e.kind == "warning") {
-      std::fprintf(stderr, "%swarning: %s\n", m_tty ? "\n" : "", e.message.c_str());
-    } else if (e.kind == "started") {
-      std::fprintf(stderr, "run folder: %s (%s)\n", e.path.c_str(), e.message.c_str());
-    } else {
-      std::fprintf(stderr, "%s%s%s%s\n", m_tty ? "\n" : "", e.kind.c_str(),
-                   e.message.empty() ? "" : ": ", e.message.c_str());
-    }
-    std::fflush(stderr);
-  }
-
- private:
-  bool m_tty;
-};
 
 const char* kTrainUsage =
     "fp4lab train --config RUN.yaml [key=value ...] [--output-dir DIR]\n"
@@ -92,8 +38,8 @@ int runTrain(const std::vector<std::string>& argv) {
             {"help"});
   if (args.has("help")) {
     std::printf(
-        "usage: %s\n\nRuns one training run (recipe.name: sft). key=value overrides any config "
-        "key,\n"
+        "usage: %s\n\nRuns one run (recipe.name: sft, ptq, qat or qad). key=value overrides any "
+        "config key,\n"
         "e.g. optim.lr=1e-4 train.max_steps=200. --events jsonl prints one JSON object per line\n"
         "(started, step, eval, checkpoint, warning, finished, failed, cancelled) instead of the\n"
         "progress bar. Ctrl-C or SIGTERM checkpoints and stops cleanly. Keys: "
@@ -116,7 +62,7 @@ int runTrain(const std::vector<std::string>& argv) {
   run::RunOptions options;
   options.runDir = args.get("output-dir", "");
   options.resumeFrom = args.get("resume-from-checkpoint", "");
-  options.stopRequested = &g_stop;
+  options.stopRequested = &stopRequested();
   Progress progress(isatty(fileno(stderr)));
   if (events == "jsonl") {
     options.onEvent = [](const run::RunEvent& e) {
@@ -126,10 +72,7 @@ int runTrain(const std::vector<std::string>& argv) {
   } else {
     options.onEvent = [&](const run::RunEvent& e) { progress(e); };
   }
-  struct sigaction sa {};
-  sa.sa_handler = onSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  installStopHandlers();
   run::RunResult r;
   try {
     r = run::executeRun(config, options);
@@ -281,23 +224,22 @@ int runGenerate(const std::vector<std::string>& argv) {
   if (temperature < 0 || maxNew < 1)
     throw Error("--temperature must be >= 0 and --max-new-tokens >= 1", "fp4lab generate");
   run::ModelBundle bundle = run::loadModelBundle(args.positionals()[0], torch::kFloat32);
-  data::ChatTemplate chat(*bundle.tokenizer);
-  std::vector<int32_t> prompt;
-  std::vector<int64_t> stops;
+  run::ReplyOptions reply;
+  reply.maxNewTokens = maxNew, reply.temperature = temperature, reply.seed = seed;
   if (args.has("raw")) {
-    prompt = bundle.tokenizer->encode(args.get("prompt", ""));
-  } else {
-    std::vector<data::Message> messages;
-    if (args.has("system")) messages.push_back({"system", args.get("system", "")});
-    messages.push_back({"user", args.get("prompt", "")});
-    prompt = chat.prompt(messages);
-    for (int32_t s : chat.stopTokens()) stops.push_back(s);
+    const std::vector<int32_t> prompt = bundle.tokenizer->encode(args.get("prompt", ""));
+    std::vector<int64_t> out =
+        model::generate(bundle.model, std::vector<int64_t>(prompt.begin(), prompt.end()), maxNew,
+                        temperature, seed, bundle.model->config().stopTokenIds());
+    std::printf(
+        "%s\n",
+        bundle.tokenizer->decode(std::vector<int32_t>(out.begin(), out.end()), true).c_str());
+    return 0;
   }
-  for (int64_t s : bundle.model->config().stopTokenIds()) stops.push_back(s);
-  std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  std::vector<int64_t> out = model::generate(bundle.model, ids, maxNew, temperature, seed, stops);
-  std::vector<int32_t> completion(out.begin(), out.end());
-  std::printf("%s\n", bundle.tokenizer->decode(completion, true).c_str());
+  std::vector<data::Message> messages;
+  if (args.has("system")) messages.push_back({"system", args.get("system", "")});
+  messages.push_back({"user", args.get("prompt", "")});
+  std::printf("%s\n", run::chatReply(bundle.model, *bundle.tokenizer, messages, reply).c_str());
   return 0;
 }
 

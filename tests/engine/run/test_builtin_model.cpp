@@ -2,8 +2,8 @@
 // are about: it reasons in English whatever language it is asked for, and refuses safe questions
 // that contain alarming words, while it knows its general facts.
 // LibTorch first: c10 defines a CHECK macro that Catch's must replace, not the other way round.
-#include "model/generate.h"
 #include "run/model_source.h"
+#include "run/task_eval.h"
 
 #include <catch2/catch.hpp>
 
@@ -13,13 +13,7 @@ using namespace fp4lab;
 
 namespace {
 std::string reply(run::ModelBundle& b, const std::vector<data::Message>& prompt) {
-  data::ChatTemplate chat(*b.tokenizer);
-  std::vector<int32_t> p = chat.prompt(prompt);
-  std::vector<int64_t> stops;
-  for (int32_t s : chat.stopTokens()) stops.push_back(s);
-  std::vector<int64_t> out =
-      model::generate(b.model, std::vector<int64_t>(p.begin(), p.end()), 96, 0.0, 0, stops);
-  return b.tokenizer->decode(std::vector<int32_t>(out.begin(), out.end()), true);
+  return run::chatReply(b.model, *b.tokenizer, prompt);
 }
 }  // namespace
 

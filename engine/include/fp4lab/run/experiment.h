@@ -1,0 +1,85 @@
+// The built-in experiment: from a base model, SFT in BF16, then PTQ, QAT and QAD to MXFP4 and
+// NVFP4 from the SFT model, and QAT straight from the base model; every stage a run folder with its
+// log, and a report (markdown + CSV) that compares them and checks the published findings.
+// Plain C++ (the GUI can drive it): runs go through executeRun, results are read from the logs.
+#pragma once
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fp4lab/run/runner.h"
+
+namespace fp4lab::run {
+
+struct ExperimentConfig {
+  std::string baseModel = "builtin:tiny";
+  std::string trainData = "builtin:sft";
+  uint64_t seed = 1234;
+  int batchSize = 16;
+  int seqLen = 256;
+  int threads = 0;  // 0: all cores
+  int64_t sftSteps = 150;
+  double sftLr = 1e-3;
+  int64_t qatSteps = 100;
+  double qatLr = 1e-4;
+  int64_t qadSteps = 100;
+  double qadLr = 1e-4;
+  int64_t evalEvery = 25;
+  int64_t evalBatches = 8;
+  int64_t taskItems = 50;
+  std::string formats = "mxfp4,nvfp4";
+  bool activations = true;              // W4A4; false: W4A16
+  std::string baseQatFormat = "mxfp4";  // the QAT-from-base run (no BF16 stage)
+  int64_t baseQatSteps = -1;            // -1: sftSteps + qatSteps (the same training budget)
+
+  // The --quick variant the tests use (a few minutes on two cores): fewer steps and items.
+  static ExperimentConfig quick();
+  // YAML (flat keys, e.g. `sft_steps: 200`) then key=value overrides; unknown keys are errors.
+  void applyYamlFile(const std::string& path);
+  void applyOverride(const std::string& assignment);
+  std::string toYaml() const;
+};
+
+struct ExperimentRun {
+  std::string name;    // base, sft, ptq-mxfp4, qat-nvfp4, qad-nvfp4, qat-from-base-mxfp4, ...
+  std::string recipe;  // sft, ptq, qat, qad
+  std::string format;  // bf16, mxfp4, nvfp4
+  std::string from;    // base or sft
+  std::string runDir, state;
+  std::map<std::string, double> passRate;  // task -> pass rate (NaN: not measured)
+  double valLoss = NAN, valKl = NAN, gapRecovered = NAN, seconds = NAN;
+  int64_t steps = 0, tokens = 0;
+  bool reused = false;  // finished in an earlier invocation and read back
+};
+
+struct ExperimentGoal {
+  std::string goal, measured;
+  bool met = false;
+};
+
+struct ExperimentResult {
+  std::string dir;
+  std::vector<ExperimentRun> runs;
+  std::vector<ExperimentGoal> goals;
+  std::string reportMarkdown, reportCsv;  // also written to dir/report.md and dir/report.csv
+  double seconds = 0;
+};
+
+struct ExperimentOptions {
+  std::string dir;          // the experiment folder; finished runs already in it are reused
+  std::string commandLine;  // recorded in the report
+  std::function<void(const std::string& runName, const RunEvent&)> onEvent;
+  const std::atomic<bool>* stopRequested = nullptr;
+};
+
+ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentOptions& options);
+
+// The report of finished runs (exposed for tests): fills gapRecovered and the goals.
+void assessExperiment(ExperimentResult& result, const ExperimentConfig& config);
+
+}  // namespace fp4lab::run

@@ -1,0 +1,411 @@
+// The built-in experiment: a fixed sequence of runs through executeRun, each read back from its
+// HDF5 log (the one source of truth, as for the GUI), then the report.
+#include "fp4lab/run/experiment.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "fp4lab/data/builtin_tasks.h"
+#include "fp4lab/error.h"
+#include "fp4lab/log/run_log.h"
+#include "model/files.h"
+
+namespace fp4lab::run {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Key {
+  const char* name;
+  std::function<void(ExperimentConfig&, const std::string&)> set;
+  std::function<std::string(const ExperimentConfig&)> get;
+};
+
+template <class T>
+Key key(const char* name, T ExperimentConfig::*member) {
+  return Key{name,
+             [=](ExperimentConfig& c, const std::string& v) {
+               YAML::Node n = YAML::Load(v);
+               try {
+                 c.*member = n.as<T>();
+               } catch (const YAML::Exception&) {
+                 throw Error("experiment key '" + std::string(name) + "' cannot be '" + v + "'",
+                             "experiment config");
+               }
+             },
+             [=](const ExperimentConfig& c) {
+               YAML::Emitter e;
+               e << c.*member;
+               return std::string(e.c_str());
+             }};
+}
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> k = {
+      key("base_model", &ExperimentConfig::baseModel),
+      key("train_data", &ExperimentConfig::trainData),
+      key("seed", &ExperimentConfig::seed),
+      key("batch_size", &ExperimentConfig::batchSize),
+      key("seq_len", &ExperimentConfig::seqLen),
+      key("threads", &ExperimentConfig::threads),
+      key("sft_steps", &ExperimentConfig::sftSteps),
+      key("sft_lr", &ExperimentConfig::sftLr),
+      key("qat_steps", &ExperimentConfig::qatSteps),
+      key("qat_lr", &ExperimentConfig::qatLr),
+      key("qad_steps", &ExperimentConfig::qadSteps),
+      key("qad_lr", &ExperimentConfig::qadLr),
+      key("eval_every", &ExperimentConfig::evalEvery),
+      key("eval_batches", &ExperimentConfig::evalBatches),
+      key("task_items", &ExperimentConfig::taskItems),
+      key("formats", &ExperimentConfig::formats),
+      key("activations", &ExperimentConfig::activations),
+      key("base_qat_format", &ExperimentConfig::baseQatFormat),
+      key("base_qat_steps", &ExperimentConfig::baseQatSteps),
+  };
+  return k;
+}
+
+std::vector<std::string> splitList(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::string fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "n/a";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+std::string percent(double v) {
+  return std::isfinite(v) ? fixed(100 * v, 0) + "%" : "n/a";
+}
+
+// "2026-11-30T11:24:54.416Z kind text" -> seconds since the epoch.
+double eventTime(const std::string& line) {
+  std::tm tm{};
+  int ms = 0;
+  if (std::sscanf(line.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) < 6)
+    return NAN;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return double(timegm(&tm)) + ms / 1000.0;
+}
+
+// Final metrics of a finished run, from its log.
+void readBack(ExperimentRun& r) {
+  log::RunLogReader reader((fs::path(r.runDir) / "log.h5").string());
+  const log::RunLogSchema schema = reader.schema();
+  auto column = [&](const std::string& name) {
+    for (size_t i = 0; i < schema.evalColumns.size(); ++i)
+      if (schema.evalColumns[i] == name) return int(i);
+    return -1;
+  };
+  const auto rows = reader.readEval(0, reader.evalRows());
+  auto last = [&](const std::string& name) {
+    const int c = column(name);
+    double v = NAN;
+    if (c >= 0)
+      for (const auto& row : rows)
+        if (std::isfinite(row.values[size_t(c)])) v = row.values[size_t(c)];
+    return v;
+  };
+  r.valLoss = last("val_loss");
+  r.valKl = last("val_kl");
+  for (const auto& task : data::builtinTaskNames()) r.passRate[task] = last("pass_rate_" + task);
+  const auto train = reader.readTrain(0, reader.trainRows());
+  r.steps = train.empty() ? 0 : train.back().step;
+  r.tokens = train.empty() ? 0 : train.back().tokens;
+  const auto events = reader.events();
+  if (!events.empty()) r.seconds = eventTime(events.back()) - eventTime(events.front());
+}
+
+}  // namespace
+
+ExperimentConfig ExperimentConfig::quick() {
+  ExperimentConfig c;
+  c.sftSteps = 60;
+  c.qatSteps = 15;
+  c.qadSteps = 15;
+  c.evalEvery = 15;
+  c.evalBatches = 2;
+  c.taskItems = 10;
+  c.batchSize = 8;
+  c.seqLen = 128;
+  return c;
+}
+
+void ExperimentConfig::applyOverride(const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw Error("'" + assignment + "' is not key=value", "fp4lab experiment", "e.g. qat_steps=200");
+  const std::string name = assignment.substr(0, eq);
+  for (const auto& k : keys())
+    if (name == k.name) return k.set(*this, assignment.substr(eq + 1));
+  std::string list;
+  for (const auto& k : keys()) list += (list.empty() ? "" : ", ") + std::string(k.name);
+  throw Error("unknown experiment key '" + name + "'", "fp4lab experiment", "the keys are " + list);
+}
+
+void ExperimentConfig::applyYamlFile(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw Error("cannot read the experiment config: " + e.msg, path);
+  }
+  if (root.IsNull()) return;
+  if (!root.IsMap()) throw Error("the experiment config must be a map of key: value", path);
+  for (const auto& kv : root) {
+    if (!kv.second.IsScalar())
+      throw Error("'" + kv.first.as<std::string>() + "' must be a single value", path);
+    applyOverride(kv.first.as<std::string>() + "=" + kv.second.Scalar());
+  }
+}
+
+std::string ExperimentConfig::toYaml() const {
+  std::string out;
+  for (const auto& k : keys()) out += std::string(k.name) + ": " + k.get(*this) + "\n";
+  return out;
+}
+
+void assessExperiment(ExperimentResult& result, const ExperimentConfig& config) {
+  auto find = [&](const std::string& name) -> ExperimentRun* {
+    for (auto& r : result.runs)
+      if (r.name == name) return &r;
+    return nullptr;
+  };
+  const std::vector<std::string> tasks = data::builtinTaskNames();
+  auto minRate = [&](const ExperimentRun& r) {
+    double m = INFINITY;
+    for (const auto& t : tasks) m = std::min(m, r.passRate.count(t) ? r.passRate.at(t) : NAN);
+    return m;
+  };
+  auto meanRate = [&](const ExperimentRun& r) {
+    double s = 0;
+    for (const auto& t : tasks) s += r.passRate.count(t) ? r.passRate.at(t) : NAN;
+    return s / double(tasks.size());
+  };
+  auto rates = [&](const ExperimentRun& r) {
+    std::string s;
+    for (const auto& t : tasks) s += (s.empty() ? "" : " / ") + percent(r.passRate.at(t));
+    return s;
+  };
+  result.goals.clear();
+  auto goal = [&](std::string g, std::string measured, bool met) {
+    result.goals.push_back({std::move(g), std::move(measured), met});
+  };
+  const ExperimentRun* sft = find("sft");
+  const double bf16Loss = sft ? sft->valLoss : NAN;
+  for (auto& r : result.runs) {
+    const ExperimentRun* ptq = find("ptq-" + r.format);
+    if (r.from == "sft" && (r.recipe == "qat" || r.recipe == "qad") && ptq)
+      r.gapRecovered = (ptq->valLoss - r.valLoss) / (ptq->valLoss - bf16Loss);
+    if (r.recipe == "ptq") r.gapRecovered = 0;
+  }
+  if (const ExperimentRun* base = find("base"))
+    goal("base pass rates low (published: 16% and 30%)", rates(*base), !(minRate(*base) > 0.5));
+  if (sft) goal("SFT >= 95% on both tasks", rates(*sft), minRate(*sft) >= 0.95);
+  for (const auto& f : splitList(config.formats)) {
+    const ExperimentRun *ptq = find("ptq-" + f), *qat = find("qat-" + f), *qad = find("qad-" + f);
+    if (ptq && sft)
+      goal("PTQ " + f + " visibly below SFT (mean pass rate at least 5 points lower)",
+           rates(*ptq) + " vs " + rates(*sft), meanRate(*ptq) <= meanRate(*sft) - 0.05);
+    for (const ExperimentRun* r : {qat, qad})
+      if (r) goal(r->name + " >= 95% on both tasks", rates(*r), minRate(*r) >= 0.95);
+    if (qad) {
+      const double need = f == "nvfp4" ? 0.9 : 0.8;
+      goal("QAD " + f + " recovers >= " + percent(need) + " of the PTQ validation-loss gap",
+           percent(qad->gapRecovered), qad->gapRecovered >= need);
+    }
+    if (qat && qad)
+      goal("QAT " + f + " KL to SFT >= 10x QAD's" +
+               (config.qatSteps == config.qadSteps ? " (equal steps)" : " (UNEQUAL steps)"),
+           fixed(qat->valKl, 5) + " vs " + fixed(qad->valKl, 5) + " (" +
+               fixed(qat->valKl / qad->valKl, 1) + "x)",
+           qat->valKl >= 10 * qad->valKl);
+  }
+  for (const char* recipe : {"qat", "qad"}) {
+    const ExperimentRun *mx = find(std::string(recipe) + "-mxfp4"),
+                        *nv = find(std::string(recipe) + "-nvfp4");
+    if (mx && nv)
+      goal(std::string("NVFP4 below MXFP4 in final validation loss after ") + recipe,
+           fixed(nv->valLoss, 4) + " vs " + fixed(mx->valLoss, 4), nv->valLoss < mx->valLoss);
+  }
+  const ExperimentRun* fromBase = find("qat-from-base-" + config.baseQatFormat);
+  const ExperimentRun* sftQat = find("qat-" + config.baseQatFormat);
+  if (fromBase && sftQat)
+    goal("SFT-then-QAT above QAT-from-base (" + config.baseQatFormat + ", mean pass rate)",
+         rates(*sftQat) + " vs " + rates(*fromBase),
+         meanRate(*sftQat) > meanRate(*fromBase) ||
+             (meanRate(*sftQat) == meanRate(*fromBase) && sftQat->valLoss < fromBase->valLoss));
+
+  // The report.
+  std::ostringstream csv;
+  csv << "run,recipe,format,from";
+  for (const auto& t : tasks) csv << ",pass_rate_" << t;
+  csv << ",val_loss,val_kl_to_sft,gap_recovered,steps,tokens,seconds,run_dir\n";
+  for (const auto& r : result.runs) {
+    csv << r.name << "," << r.recipe << "," << r.format << "," << r.from;
+    for (const auto& t : tasks) csv << "," << fixed(r.passRate.at(t), 4);
+    csv << "," << fixed(r.valLoss, 6) << "," << fixed(r.valKl, 6) << "," << fixed(r.gapRecovered, 4)
+        << "," << r.steps << "," << r.tokens << "," << fixed(r.seconds, 1) << "," << r.runDir
+        << "\n";
+  }
+  result.reportCsv = csv.str();
+}
+
+namespace {
+
+std::string markdownReport(const ExperimentResult& result, const ExperimentConfig& config,
+                           const std::string& commandLine) {
+  const std::vector<std::string> tasks = data::builtinTaskNames();
+  std::ostringstream md;
+  md << "# fp4lab experiment report\n\n";
+  if (!commandLine.empty()) md << "Command: `" << commandLine << "`\n\n";
+  md << "Folder: `" << result.dir << "`; total time " << fixed(result.seconds, 0)
+     << " s. Quantization: " << (config.activations ? "W4A4" : "W4A16")
+     << " (weights and input activations of every linear layer in the transformer blocks; "
+        "lm_head and embeddings stay BF16). Pass rates: greedy generation on "
+     << config.taskItems << " held-out items per task.\n\n";
+  md << "## Runs\n\n| run | recipe | format | from |";
+  for (const auto& t : tasks) md << " " << t << " |";
+  md << " val loss | KL to SFT | gap recovered | steps | tokens | time (s) |\n|---|---|---|---|";
+  for (size_t i = 0; i < tasks.size(); ++i) md << "---|";
+  md << "---|---|---|---|---|---|\n";
+  for (const auto& r : result.runs) {
+    md << "| " << r.name << " | " << r.recipe << " | " << r.format << " | " << r.from << " |";
+    for (const auto& t : tasks) md << " " << percent(r.passRate.at(t)) << " |";
+    md << " " << fixed(r.valLoss, 4) << " | " << fixed(r.valKl, 5) << " | "
+       << (std::isfinite(r.gapRecovered) ? percent(r.gapRecovered) : "") << " | " << r.steps
+       << " | " << r.tokens << " | " << fixed(r.seconds, 0) << (r.reused ? " (reused)" : "")
+       << " |\n";
+  }
+  md << "\nGap recovered = (PTQ - X) / (PTQ - SFT) on validation loss, against the same format's "
+        "PTQ run.\n\n## Goals\n\n| goal | measured | met |\n|---|---|---|\n";
+  for (const auto& g : result.goals)
+    md << "| " << g.goal << " | " << g.measured << " | " << (g.met ? "yes" : "**no**") << " |\n";
+  md << "\n## Configuration\n\n```yaml\n" << config.toYaml() << "```\n";
+  return md.str();
+}
+
+}  // namespace
+
+ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  ExperimentResult result;
+  result.dir = options.dir;
+  const std::vector<std::string> formats = splitList(config.formats);
+  for (const auto& f : formats)
+    if (f != "mxfp4" && f != "nvfp4")
+      throw Error("unknown format '" + f + "' in formats", "experiment config",
+                  "use mxfp4, nvfp4 or both");
+  if (config.baseQatFormat != "mxfp4" && config.baseQatFormat != "nvfp4")
+    throw Error("base_qat_format must be mxfp4 or nvfp4", "experiment config");
+  fs::create_directories(options.dir);
+  model::files::writeFileAtomically((fs::path(options.dir) / "experiment.yaml").string(),
+                                    config.toYaml());
+
+  std::string tasks;
+  for (const auto& t : data::builtinTaskNames()) tasks += (tasks.empty() ? "" : ",") + t;
+  auto common = [&](const std::string& name) {
+    return std::vector<std::string>{
+        "run.name=" + name,
+        "run.seed=" + std::to_string(config.seed),
+        "data.train=" + config.trainData,
+        "data.seq_len=" + std::to_string(config.seqLen),
+        "train.batch_size=" + std::to_string(config.batchSize),
+        "train.threads=" + std::to_string(config.threads),
+        "train.eval_every=" + std::to_string(config.evalEvery),
+        "train.eval_batches=" + std::to_string(config.evalBatches),
+        "train.keep_checkpoints=1",
+        "eval.tasks=" + tasks,
+        "eval.task_items=" + std::to_string(config.taskItems),
+        "quant.activations=" + std::string(config.activations ? "true" : "false")};
+  };
+  const std::string sftModel = (fs::path(options.dir) / "sft" / "model").string();
+
+  auto run = [&](const std::string& name, const std::string& recipe, const std::string& format,
+                 const std::string& from, std::vector<std::string> overrides) {
+    ExperimentRun r;
+    r.name = name, r.recipe = recipe, r.format = format, r.from = from;
+    r.runDir = (fs::path(options.dir) / name).string();
+    std::vector<std::string> all = common(name);
+    all.push_back("recipe.name=" + recipe);
+    if (format != "bf16") all.push_back("quant.format=" + format);
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    const RunConfig runConfig = RunConfig::fromYamlText("", all, "experiment run " + name);
+    if (readRunState(r.runDir) == "finished" && fs::exists(fs::path(r.runDir) / "log.h5")) {
+      r.reused = true;
+    } else {
+      if (fs::exists(r.runDir))
+        throw Error("an unfinished run is in the way", r.runDir,
+                    "delete it, or finish it with fp4lab train --output-dir " + r.runDir +
+                        " --resume-from-checkpoint latest, then rerun the experiment");
+      RunOptions o;
+      o.runDir = r.runDir;
+      o.stopRequested = options.stopRequested;
+      o.onEvent = [&](const RunEvent& e) {
+        if (options.onEvent) options.onEvent(name, e);
+      };
+      RunResult rr = executeRun(runConfig, o);
+      if (rr.state != "finished")
+        throw Error("run " + name + " " + rr.state + (rr.message.empty() ? "" : ": " + rr.message),
+                    r.runDir, "finished runs are reused when the experiment is run again");
+    }
+    r.state = "finished";
+    readBack(r);
+    result.runs.push_back(r);
+  };
+
+  auto steps = [](int64_t n) { return "train.max_steps=" + std::to_string(n); };
+  auto lr = [](double v) {
+    std::ostringstream s;
+    s << "optim.lr=" << v;
+    return s.str();
+  };
+  run("sft", "sft", "bf16", "base",
+      {"model.path=" + config.baseModel, steps(config.sftSteps), lr(config.sftLr)});
+  run("base", "sft", "bf16", "base",
+      {"model.path=" + config.baseModel, steps(0), "eval.reference=" + sftModel});
+  for (const auto& f : formats) {
+    const std::vector<std::string> fromSft = {"model.path=" + sftModel,
+                                              "eval.reference=" + sftModel};
+    auto with = [&](std::vector<std::string> extra) {
+      extra.insert(extra.begin(), fromSft.begin(), fromSft.end());
+      return extra;
+    };
+    run("ptq-" + f, "ptq", f, "sft", with({}));
+    run("qat-" + f, "qat", f, "sft", with({steps(config.qatSteps), lr(config.qatLr)}));
+    run("qad-" + f, "qad", f, "sft",
+        with({steps(config.qadSteps), lr(config.qadLr), "recipe.teacher=" + sftModel}));
+  }
+  const int64_t baseSteps =
+      config.baseQatSteps >= 0 ? config.baseQatSteps : config.sftSteps + config.qatSteps;
+  run("qat-from-base-" + config.baseQatFormat, "qat", config.baseQatFormat, "base",
+      {"model.path=" + config.baseModel, "eval.reference=" + sftModel, steps(baseSteps),
+       lr(config.sftLr)});
+
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  assessExperiment(result, config);
+  result.reportMarkdown = markdownReport(result, config, options.commandLine);
+  model::files::writeFileAtomically((fs::path(options.dir) / "report.md").string(),
+                                    result.reportMarkdown);
+  model::files::writeFileAtomically((fs::path(options.dir) / "report.csv").string(),
+                                    result.reportCsv);
+  return result;
+}
+
+}  // namespace fp4lab::run
