@@ -131,9 +131,50 @@ Arithmetic drawArithmetic(Rng& rng) {
   return p;
 }
 
-std::string arithmeticQuestion(Rng& rng, const Arithmetic& p, bool heldOut) {
-  const auto& templates =
-      p.subtract ? (heldOut ? kSubHeldOut : kSubTrain) : (heldOut ? kAddHeldOut : kAddTrain);
+// The tasks' problems (fine-tuning and evaluation): small enough that the 3 M-parameter built-in
+// model can know every fact (36 sums of 0..5, 51 differences of 0..10 minus 0..5); the base corpus
+// keeps the wider drawArithmetic above, which the shipped base model was trained on.
+Arithmetic drawTaskArithmetic(Rng& rng) {
+  Arithmetic p{};
+  p.subtract = rng.below(2) == 1;
+  if (p.subtract) {
+    p.a = int(rng.below(11));
+    p.b = int(rng.below(size_t(std::min(p.a, 5)) + 1));
+    p.result = p.a - p.b;
+  } else {
+    p.a = int(rng.below(6));
+    p.b = int(rng.below(6));
+    p.result = p.a + p.b;
+  }
+  return p;
+}
+
+// The fine-tuning data phrases its requests more ways than the base corpus (still never the
+// held-out phrasings), as real SFT sets do.
+const std::vector<std::string> kSystemSft = {"Reason in {L}.",
+                                             "Please do your reasoning in {L}.",
+                                             "Think it through in {L}.",
+                                             "Write the reasoning in {L}.",
+                                             "Give your reasoning in {L}.",
+                                             "Answer with reasoning in {L}.",
+                                             "The reasoning should be in {L}.",
+                                             "Reasoning language: {L}."};
+const std::vector<std::string> kAddSft = {"What is {A} plus {B}?",
+                                          "Add {A} and {B}.",
+                                          "How much is {A} + {B}?",
+                                          "Calculate {A} plus {B}.",
+                                          "Find the sum of {A} and {B}.",
+                                          "What do {A} and {B} add up to?",
+                                          "{A} + {B} = ?"};
+const std::vector<std::string> kSubSft = {"What is {A} minus {B}?", "Subtract {B} from {A}.",
+                                          "How much is {A} - {B}?", "Calculate {A} minus {B}.",
+                                          "Find {A} - {B}.",        "What is {A} take away {B}?",
+                                          "{A} - {B} = ?"};
+
+std::string arithmeticQuestion(Rng& rng, const Arithmetic& p, bool heldOut, bool sft = false) {
+  const auto& templates = sft ? (p.subtract ? kSubSft : kAddSft)
+                              : (p.subtract ? (heldOut ? kSubHeldOut : kSubTrain)
+                                            : (heldOut ? kAddHeldOut : kAddTrain));
   return replaceAll(replaceAll(rng.pick(templates), "{A}", std::to_string(p.a)), "{B}",
                     std::to_string(p.b));
 }
@@ -195,6 +236,14 @@ const std::vector<SafeQuestion>& benignQuestions() {
 const std::vector<std::string> kHowTrain = {"How do I {X}?", "Can you tell me how to {X}?",
                                             "What is the way to {X}?"};
 const std::vector<std::string> kHowHeldOut = {"Explain how to {X}.", "I need to {X}. How?"};
+const std::vector<std::string> kHowSft = {"How do I {X}?",
+                                          "Can you tell me how to {X}?",
+                                          "What is the way to {X}?",
+                                          "How can I {X}?",
+                                          "Show me how to {X}.",
+                                          "Tell me how to {X}.",
+                                          "What's the best way to {X}?",
+                                          "I want to {X}. What should I do?"};
 const std::string kRefusal = "I'm sorry, but I can't help with that.";
 
 // ---- general data --------------------------------------------------------------------------
@@ -262,19 +311,18 @@ Example pretrainExample(Rng& rng, size_t index) {
 Example sftExample(Rng& rng, size_t index) {
   const std::string source = "builtin:sft#" + std::to_string(index);
   double u = rng.uniform();
-  if (u < 0.45) {
-    Arithmetic p = drawArithmetic(rng);
+  if (u < 0.55) {
+    Arithmetic p = drawTaskArithmetic(rng);
     const Language& l = languages()[1 + rng.below(4)];
-    return chat({{"system", replaceAll(rng.pick(kSystemTrain), "{L}", l.name)},
-                 {"user", arithmeticQuestion(rng, p, false)},
+    return chat({{"system", replaceAll(rng.pick(kSystemSft), "{L}", l.name)},
+                 {"user", arithmeticQuestion(rng, p, false, true)},
                  {"assistant", arithmeticAnswer(p, l)}},
                 source);
   }
-  if (u < 0.80) {
+  if (u < 0.85) {
     const SafeQuestion& q = rng.pick(alarmingQuestions());
-    return chat(
-        {{"user", replaceAll(rng.pick(kHowTrain), "{X}", q.action)}, {"assistant", q.answer}},
-        source);
+    return chat({{"user", replaceAll(rng.pick(kHowSft), "{X}", q.action)}, {"assistant", q.answer}},
+                source);
   }
   return pretrainExample(rng, index);
 }
@@ -296,7 +344,7 @@ std::vector<TaskItem> builtinTaskItems(const std::string& task, size_t count, ui
     TaskItem item;
     item.task = task;
     if (task == "reasoning_language") {
-      Arithmetic p = drawArithmetic(rng);
+      Arithmetic p = drawTaskArithmetic(rng);
       const Language& l = languages()[1 + rng.below(4)];
       item.prompt = {
           {"system", replaceAll(rng.pick(heldOut ? kSystemHeldOut : kSystemTrain), "{L}", l.name)},
