@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cinttypes>
 #include <cmath>
@@ -104,7 +105,8 @@ int runInspect(const std::vector<std::string>& argv) {
   log::RunLogReader reader((dir / "log.h5").string());
   log::RootAttributes a = reader.attributes();
   std::printf("run %s: %s\n", a.runId.c_str(), run::readRunState(dir.string()).c_str());
-  std::printf("recipe %s, created %s\n", a.recipe.c_str(), a.createdUtc.c_str());
+  std::printf("recipe %s (%s), created %s\n", a.recipe.c_str(), a.format.c_str(),
+              a.createdUtc.c_str());
   int64_t rows = reader.trainRows();
   if (rows > 0) {
     auto first = reader.readTrain(0, 1)[0];
@@ -123,6 +125,20 @@ int runInspect(const std::vector<std::string>& argv) {
       for (double v : row.values) std::printf(" %14.5f", v);
       std::printf("\n");
     }
+  }
+  if (reader.quantRows() > 0 && !schema.quantLayers.empty()) {
+    // The layers that lose the most, at the last evaluation (the GUI's "worst layers" list).
+    const int64_t k = reader.quantRows();
+    const std::vector<float> sqnr = reader.readQuant("sqnr_db", k - 1, k);
+    const std::vector<float> act = reader.readQuant("act_sqnr_db", k - 1, k);
+    std::vector<size_t> order(sqnr.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return sqnr[x] < sqnr[y]; });
+    std::printf("\nworst quantized layers at step %" PRId64 " (weight SQNR, activation SQNR):\n",
+                reader.quantSteps(k - 1, k)[0]);
+    for (size_t i = 0; i < std::min<size_t>(5, order.size()); ++i)
+      std::printf("  %-40s %6.2f dB %6.2f dB\n", schema.quantLayers[order[i]].c_str(),
+                  sqnr[order[i]], act[order[i]]);
   }
   std::printf("\nevents:\n");
   for (const auto& e : reader.events()) std::printf("  %s\n", e.c_str());

@@ -23,7 +23,7 @@ struct ExperimentConfig {
   int batchSize = 16;
   int seqLen = 256;
   int threads = 0;  // 0: all cores
-  int64_t sftSteps = 150;
+  int64_t sftSteps = 400;
   double sftLr = 1e-3;
   int64_t qatSteps = 100;
   double qatLr = 1e-4;

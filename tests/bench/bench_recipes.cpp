@@ -1,0 +1,158 @@
+// Step time of the quantization recipes against a BF16 SFT step, on the same model and batch, side
+// by side in one run: QAT W4A16 and W4A4 (NVFP4 and MXFP4) and QAD W4A4 (a frozen BF16 teacher
+// forward on top). Each variant runs through the real training loop (makeRecipe, prepare with
+// calibration, Trainer); variants are interleaved over rounds so drift in the machine's speed hits
+// them all alike, and each reports the median step over every timed step of every round.
+// usage: bench_recipes [--model tiny|100m] [--rounds R] [--steps N] [--batch B] [--seq T]
+//                      [--threads N]
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fp4lab/run/run_config.h"
+#include "model/causal_lm.h"
+#include "train/recipe.h"
+#include "train/trainer.h"
+
+using namespace fp4lab;
+
+namespace {
+
+model::ModelConfig benchConfig(const std::string& name) {
+  model::ModelConfig c;
+  c.architecture = model::Architecture::Llama;
+  c.rmsNormEps = 1e-5;
+  c.maxPositionEmbeddings = 4096;
+  if (name == "tiny") {  // the built-in model's shape
+    c.vocabSize = 263, c.hiddenSize = 256, c.intermediateSize = 704, c.numHiddenLayers = 4;
+    c.numAttentionHeads = 4, c.numKeyValueHeads = 2, c.tieWordEmbeddings = true;
+  } else if (name == "100m") {
+    c.vocabSize = 32000, c.hiddenSize = 768, c.intermediateSize = 2048, c.numHiddenLayers = 12;
+    c.numAttentionHeads = 12, c.numKeyValueHeads = 4;
+  } else {
+    std::fprintf(stderr, "unknown --model %s (tiny, 100m)\n", name.c_str());
+    std::exit(2);
+  }
+  c.headDim = c.hiddenSize / c.numAttentionHeads;
+  return c;
+}
+
+struct Capture : train::TrainerListener {
+  std::vector<double> stepSeconds;
+  int64_t tokensPerStep = 0;
+  void onStep(const train::StepReport& r) override {
+    stepSeconds.push_back(double(tokensPerStep) / r.tokensPerSecond);
+  }
+};
+
+struct Variant {
+  std::string label;
+  std::vector<std::string> overrides;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string name = "tiny";
+  int rounds = 3, steps = 6, warmup = 2, batch = 16, seq = 256, threads = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model")
+      name = v;
+    else if (k == "--rounds")
+      rounds = std::stoi(v);
+    else if (k == "--steps")
+      steps = std::stoi(v);
+    else if (k == "--batch")
+      batch = std::stoi(v);
+    else if (k == "--seq")
+      seq = std::stoi(v);
+    else if (k == "--threads")
+      threads = std::stoi(v);
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_recipes [--model tiny|100m] [--rounds R] [--steps N] [--batch B] "
+                   "[--seq T] [--threads N]\n");
+      return 2;
+    }
+  }
+  if (threads > 0) torch::set_num_threads(threads);
+  torch::manual_seed(0);
+  const model::ModelConfig mc = benchConfig(name);
+  model::CausalLM base(mc);
+
+  std::vector<data::Sequence> sequences(size_t(batch) * 4);
+  torch::Tensor ids =
+      torch::randint(0, mc.vocabSize, {int64_t(sequences.size()), seq + 1}, torch::kLong);
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    for (int j = 0; j <= seq; ++j)
+      sequences[i].ids.push_back(int32_t(ids[int64_t(i)][j].item<int64_t>()));
+    sequences[i].lossMask.assign(size_t(seq + 1), 1);
+    sequences[i].lossMask[0] = 0;
+  }
+  const std::vector<Variant> variants = {
+      {"SFT BF16", {"recipe.name=sft"}},
+      {"QAT NVFP4 W4A16", {"recipe.name=qat", "quant.format=nvfp4", "quant.activations=false"}},
+      {"QAT NVFP4 W4A4", {"recipe.name=qat", "quant.format=nvfp4"}},
+      {"QAT MXFP4 W4A4", {"recipe.name=qat", "quant.format=mxfp4"}},
+      {"QAD NVFP4 W4A4", {"recipe.name=qad", "quant.format=nvfp4"}},
+  };
+  std::map<std::string, std::vector<double>> times;
+  const std::string scratch =
+      (std::filesystem::temp_directory_path() / ("fp4lab-bench-" + std::to_string(getpid())))
+          .string();
+  for (int round = 0; round < rounds; ++round) {
+    for (const Variant& v : variants) {
+      std::vector<std::string> o = v.overrides;
+      o.push_back("quant.calib_batches=1");
+      run::RunConfig rc = run::RunConfig::fromYamlText("", o);
+      rc.seqLen = seq, rc.batchSize = batch, rc.maxSteps = warmup + steps, rc.lr = 1e-5;
+      rc.warmupRatio = 0, rc.evalEvery = 0, rc.gradClip = 1.0;
+      model::CausalLM student = model::copyCausalLM(base, torch::TensorOptions());
+      auto recipe = train::makeRecipe(rc);
+      train::RecipeContext context;
+      context.calibrationBatch = [&](int64_t) {
+        std::vector<const data::Sequence*> picked;
+        for (int k = 0; k < batch; ++k) picked.push_back(&sequences[size_t(k)]);
+        return train::makeBatch(picked, seq, torch::kCPU);
+      };
+      context.loadFrozenModel = [&](const std::string&) {
+        model::CausalLM t =
+            model::copyCausalLM(base, torch::TensorOptions().dtype(torch::kBFloat16));
+        for (auto& p : t->parameters()) p.set_requires_grad(false);
+        t->eval();
+        return t;
+      };
+      recipe->prepare(student, context);
+      Capture capture;
+      capture.tokensPerStep = int64_t(batch) * seq;
+      // The loop evaluates and checkpoints at its last step; those are not timed.
+      train::Trainer trainer(
+          rc, student, *recipe, sequences, {sequences.front()}, scratch, capture,
+          [](const std::string& dir) { std::filesystem::create_directories(dir); });
+      trainer.run();
+      std::filesystem::remove_all(scratch);
+      auto& t = times[v.label];
+      t.insert(t.end(), capture.stepSeconds.begin() + warmup, capture.stepSeconds.end());
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double reference = median(times["SFT BF16"]);
+  std::printf("model %s, batch %d x %d tokens, %d threads, %d rounds x %d timed steps\n\n",
+              name.c_str(), batch, seq, torch::get_num_threads(), rounds, steps);
+  std::printf("| recipe | step (ms) | tokens/s | vs BF16 SFT |\n|---|---|---|---|\n");
+  for (const Variant& v : variants) {
+    const double s = median(times[v.label]);
+    std::printf("| %s | %.1f | %.0f | %.2fx |\n", v.label.c_str(), 1000 * s,
+                double(batch) * seq / s, s / reference);
+  }
+  return 0;
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# End-to-end test of `fp4lab experiment --quick`: every stage's run folder, the report (markdown
+# and CSV) with one row per run and its goals, reuse of finished runs on a second invocation, and
+# bad input (exit 2, nothing written).
+set -euo pipefail
+BIN=${FP4LAB_BIN:?set FP4LAB_BIN to the fp4lab executable}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+RUNS="sft base ptq-mxfp4 qat-mxfp4 qad-mxfp4 ptq-nvfp4 qat-nvfp4 qad-nvfp4 qat-from-base-mxfp4"
+
+start=$(date +%s)
+"$BIN" experiment --quick threads=1 --output-dir "$T/exp" > "$T/stdout.md" 2> "$T/stderr.txt" ||
+  { cat "$T/stderr.txt" >&2; fail "experiment exited $?"; }
+echo "quick experiment: $(( $(date +%s) - start )) s"
+for r in $RUNS; do
+  [ -f "$T/exp/$r/log.h5" ] || fail "no log for run $r"
+  grep -q '"state": "finished"' "$T/exp/$r/status.json" || fail "run $r did not finish"
+  [ -f "$T/exp/$r/tasks/step-$(python3 -c "import json;print(json.load(open('$T/exp/$r/status.json'))['step'])").jsonl" ] ||
+    fail "run $r has no graded answers"
+done
+[ -f "$T/exp/qat-nvfp4/model/quant_state.json" ] || fail "no quantizer state in the QAT model"
+cmp -s "$T/stdout.md" <(cat "$T/exp/report.md"; echo) || fail "stdout differs from report.md"
+
+python3 - "$T/exp/report.csv" "$RUNS" <<'PY'
+import csv, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+names = [r["run"] for r in rows]
+assert sorted(names) == sorted(sys.argv[2].split()), names
+by = {r["run"]: r for r in rows}
+for r in rows:
+    assert 0 < float(r["val_loss"]) < 10, r
+    for t in ("reasoning_language", "false_refusal"):
+        v = float(r["pass_rate_" + t])
+        assert 0 <= v <= 1, r
+assert by["sft"]["val_kl_to_sft"] == "n/a"
+for n in ("ptq-nvfp4", "qat-nvfp4", "qad-nvfp4", "base"):
+    assert float(by[n]["val_kl_to_sft"]) > 0, by[n]
+assert float(by["ptq-mxfp4"]["gap_recovered"]) == 0
+assert by["qat-from-base-mxfp4"]["gap_recovered"] == "n/a"
+# Gap recovered is (PTQ - X) / (PTQ - SFT) on validation loss.
+sft, ptq, qad = (float(by[n]["val_loss"]) for n in ("sft", "ptq-nvfp4", "qad-nvfp4"))
+assert math.isclose(float(by["qad-nvfp4"]["gap_recovered"]), (ptq - qad) / (ptq - sft), rel_tol=1e-3, abs_tol=1e-3)
+assert int(by["qat-nvfp4"]["steps"]) == 15 and int(by["ptq-nvfp4"]["steps"]) == 0
+assert int(by["qat-from-base-mxfp4"]["steps"]) == 75  # the SFT + QAT budget
+PY
+grep -q "## Goals" "$T/exp/report.md" || fail "no goals in the report"
+grep -q "QAD nvfp4 recovers" "$T/exp/report.md" || fail "no QAD goal in the report"
+
+# A second invocation reuses every finished run.
+"$BIN" experiment --quick threads=1 --output-dir "$T/exp" > /dev/null 2>&1 || fail "rerun failed"
+[ "$(grep -c '(reused)' "$T/exp/report.md")" = 9 ] || fail "finished runs were not reused"
+
+# Bad input: exit 2 with a message, nothing written.
+set +e
+"$BIN" experiment --quick qat_stepz=3 --output-dir "$T/bad" 2> "$T/err.txt"; code=$?
+set -e
+[ $code = 2 ] || fail "unknown key exited $code"
+grep -q "unknown experiment key 'qat_stepz'" "$T/err.txt" || fail "no message for an unknown key"
+[ ! -e "$T/bad" ] || fail "a folder was written for bad input"
+echo "ok"
