@@ -98,8 +98,7 @@ void hadamard(const float* x, float* y, int64_t count, bool inverse) {
 
 struct BlockScale {
   uint8_t byte = 0;
-  float decoded = 0.0f;     // 2^e, or float(E4M3) * s2
-  float multiplier = 0.0f;  // MXFP4: 2^-e (exactly the same rounding as dividing by 2^e)
+  float decoded = 0.0f;  // 2^e, or float(E4M3) * s2
   bool finite = true;
 };
 
@@ -107,7 +106,6 @@ struct BlockScale {
 
 typedef double VD __attribute__((vector_size(64)));
 typedef double VD16 __attribute__((vector_size(128)));
-typedef float V8 __attribute__((vector_size(32)));
 
 // Converted as one 16-lane vector: GCC 12 turns a converted half into four 128-bit conversions.
 inline VD lowHalf(V v) {
@@ -191,7 +189,7 @@ void scalarBlockCodes(const Job& job, const BlockScale& s, const float* vals, in
 
 // ---- Vector element path ----------------------------------------------------------------
 
-// mx: scaled = |x| * 2^-e (factor); NVFP4: scaled = |x| / decoded (factor == decoded).
+// mx: scaled = |x| * 2^-e (exactly the same rounding as dividing by 2^e); NVFP4: |x| / decoded.
 // The E2M1 index depends only on how |x| / scale compares with thresholds >= 0.25. For NVFP4 the
 // quotient is |x| times the double reciprocal of the scale, rounded to float: a quotient of two
 // floats is never exactly a float midpoint in the normal range (its odd part would need 25 bits)
