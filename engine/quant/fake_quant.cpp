@@ -2,6 +2,7 @@
 #include "quant/fake_quant.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "fp4lab/error.h"
 #ifdef FP4LAB_HAVE_CUDA_KERNELS
@@ -80,7 +81,32 @@ class FakeQuantFunction : public torch::autograd::Function<FakeQuantFunction> {
   }
 };
 
+// The last input fake-quantized, and its result. Layers that read one tensor (q/k/v_proj,
+// gate/up_proj) calibrate to the same amax, so their quantizers compute the same result: the
+// second and third reuse it (under autograd too: the gradients of all readers meet at the one
+// output and pass the straight-through function once, which is the same sum). The input is held,
+// so its address cannot be reused by another tensor while it is the key.
+struct LastInput {
+  torch::Tensor input, output;
+  int64_t version = -1;
+  fp4_config config{};
+  float amax = NAN;
+  bool clipped = false, grad = false, measured = false;
+  fp4_error_stats stats{};  // of this computation, when measured
+
+  bool matches(const torch::Tensor& x, const fp4_config& c, float a, bool clip, bool g) const {
+    return input.defined() && input.unsafeGetTensorImpl() == x.unsafeGetTensorImpl() &&
+           version == x._version() && std::memcmp(&config, &c, sizeof c) == 0 &&
+           (amax == a || (std::isnan(amax) && std::isnan(a))) && clipped == clip && grad == g;
+  }
+};
+thread_local LastInput t_lastInput;
+
 }  // namespace
+
+void forgetSharedInput() {
+  t_lastInput = LastInput();
+}
 
 FakeQuantizer::FakeQuantizer(fp4_config config, Backward backward, Role role, bool frozenAmax)
     : m_config(config), m_backward(backward), m_role(role), m_frozen(frozenAmax) {
@@ -118,21 +144,40 @@ torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
   }
   const float amax = effectiveAmax();
   const bool clipped = m_backward == Backward::ClippedStraightThrough;
-  fp4_error_stats* stats = m_measuring ? &m_stats : nullptr;
-  if (torch::GradMode::is_enabled() && x.requires_grad())
-    return FakeQuantFunction::apply(x, &m_config, double(amax), clipped, stats);
-  if (m_role == Role::Weight && !m_measuring) {
-    // The weight is unchanged since the last call (same storage, same version): reuse it.
-    if (m_cached.defined() && m_cachedData == x.data_ptr() && m_cachedVersion == x._version() &&
-        m_cachedAmax == amax && m_cached.scalar_type() == x.scalar_type())
-      return m_cached;
-    m_cached = fakeQuantize(x, m_config, amax);
-    m_cachedData = x.data_ptr();
-    m_cachedVersion = x._version();
-    m_cachedAmax = amax;
-    return m_cached;
+  const bool grad = torch::GradMode::is_enabled() && x.requires_grad();
+  if (m_role == Role::Input) {
+    LastInput& last = t_lastInput;
+    if (!last.matches(x, m_config, amax, clipped, grad) || (m_measuring && !last.measured)) {
+      last = LastInput();
+      fp4_stats_clear(&last.stats);
+      // Statistics cost a slower kernel path: only while someone measures.
+      fp4_error_stats* stats = m_measuring ? &last.stats : nullptr;
+      last.output = grad ? FakeQuantFunction::apply(x, &m_config, double(amax), clipped, stats)
+                         : fakeQuantize(x, m_config, amax, stats);
+      last.measured = m_measuring;
+      last.input = x;
+      last.version = x._version();
+      last.config = m_config;
+      last.amax = amax;
+      last.clipped = clipped;
+      last.grad = grad;
+    }
+    if (m_measuring) fp4_stats_merge(&m_stats, &last.stats);
+    return last.output;
   }
-  return fakeQuantize(x, m_config, amax, stats);
+  if (grad) {
+    m_cached = torch::Tensor();
+    return FakeQuantFunction::apply(x, &m_config, double(amax), clipped, nullptr);
+  }
+  // A weight unchanged since the last no-grad call (same storage, same version): reuse it.
+  if (m_cached.defined() && m_cachedData == x.data_ptr() && m_cachedVersion == x._version() &&
+      m_cachedAmax == amax && m_cached.scalar_type() == x.scalar_type())
+    return m_cached;
+  m_cached = fakeQuantize(x, m_config, amax);
+  m_cachedData = x.data_ptr();
+  m_cachedVersion = x._version();
+  m_cachedAmax = amax;
+  return m_cached;
 }
 
 }  // namespace fp4lab::quant

@@ -27,6 +27,10 @@ enum class Backward {
 torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, float amax,
                            fp4_error_stats* stats = nullptr, torch::Tensor* blockSqErr = nullptr);
 
+// Drops the calling thread's memo of the last fake-quantized input (see FakeQuantizer::apply):
+// releases the tensors it holds. Harmless to call at any time.
+void forgetSharedInput();
+
 // The quantizer QuantLinear calls for its weight or its input.
 class FakeQuantizer : public model::TensorQuantizer {
  public:
@@ -35,7 +39,8 @@ class FakeQuantizer : public model::TensorQuantizer {
 
   // Fake quantization with the configured gradient. While calibrating it records max |x| and
   // returns x unchanged. Without gradients, a weight's result is cached until the weight changes
-  // (generation reuses it for every token).
+  // (generation reuses it for every token). Input quantizers with the same settings that see the
+  // same tensor one after another (q/k/v_proj, gate/up_proj) share one computation.
   torch::Tensor apply(const torch::Tensor& x) override;
 
   // Calibration: between begin and end, apply() records the running max of |x| (max calibration)
@@ -48,7 +53,7 @@ class FakeQuantizer : public model::TensorQuantizer {
   void setAmax(float amax) { m_amax = amax; }
   bool frozenAmax() const { return m_frozen; }
 
-  // Measurement: while on, apply() merges its error statistics into stats().
+  // Measurement (input quantizers): while on, apply() merges its error statistics into stats().
   void setMeasuring(bool on);
   const fp4_error_stats& stats() const { return m_stats; }
 

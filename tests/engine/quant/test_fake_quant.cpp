@@ -265,3 +265,47 @@ TEST_CASE("Token KL matches a direct computation and ignores unscored positions"
   CHECK(train::tokenKl(t, s2, targets).item<double>() ==
         Approx(train::tokenKl(t, s, targets).item<double>()));
 }
+
+TEST_CASE("Input quantizers reading one tensor share one computation, and stay exact",
+          "[quant][shared]") {
+  torch::manual_seed(5);
+  const fp4_config cfg = configFor(FP4_FORMAT_NVFP4, false);
+  auto make = [&](float amax) {
+    auto q = std::make_shared<quant::FakeQuantizer>(cfg, quant::Backward::ClippedStraightThrough,
+                                                    quant::FakeQuantizer::Role::Input, true);
+    q->setAmax(amax);
+    return q;
+  };
+  auto q1 = make(2.0f), q2 = make(2.0f), q3 = make(1.0f);
+  torch::Tensor x0 = torch::randn({6, 32});
+  torch::Tensor g1 = torch::randn({6, 32}), g2 = torch::randn({6, 32});
+
+  // Two readers: the same result, and the gradient is the sum through one clipped STE.
+  torch::Tensor x = x0.clone().requires_grad_(true);
+  torch::Tensor y1 = q1->apply(x), y2 = q2->apply(x);
+  CHECK(y1.data_ptr() == y2.data_ptr());
+  CHECK(bitEqual(y1.detach(), exportThenDecode(x0, cfg, 2.0f)));
+  ((y1 * g1).sum() + (y2 * g2).sum()).backward();
+  torch::Tensor expected = (g1 + g2).masked_fill(x0.abs() > 2.0f, 0);
+  CHECK(torch::allclose(x.grad(), expected));
+
+  // A different amax, or a changed tensor, is computed afresh.
+  torch::NoGradGuard noGrad;
+  torch::Tensor z = x0.clone();
+  torch::Tensor a = q1->apply(z);
+  CHECK(bitEqual(q3->apply(z), exportThenDecode(x0, cfg, 1.0f)));
+  z.mul_(3);
+  CHECK(bitEqual(q1->apply(z), exportThenDecode(x0 * 3, cfg, 2.0f)));
+  CHECK(bitEqual(a, exportThenDecode(x0, cfg, 2.0f)));  // earlier results are not overwritten
+
+  // Measuring readers each get the statistics of what they read.
+  q1->setMeasuring(true);
+  q2->setMeasuring(true);
+  torch::Tensor w = torch::randn({4, 32});
+  q1->apply(w);
+  q2->apply(w);
+  CHECK(q1->stats().count == 4 * 32);
+  CHECK(q2->stats().count == 4 * 32);
+  CHECK(q1->stats().sum_err2 == q2->stats().sum_err2);
+  quant::forgetSharedInput();
+}
