@@ -12,7 +12,7 @@
 namespace fp4lab::quant {
 
 torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, float amax,
-                           fp4_error_stats* stats, torch::Tensor* blockSqErr) {
+                           fp4_error_stats* stats, torch::Tensor* blockSqErr, float* inputAbsMax) {
   const int64_t block = fp4_block_size(config.format);
   if (!x.defined() || x.dim() < 1 || !x.is_floating_point())
     throw Error("fake quantization needs a floating-point tensor", "quant");
@@ -33,14 +33,19 @@ torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, flo
   fp4_stats_clear(&local);
   fp4_status status;
   if (in.is_cpu()) {
+    if (inputAbsMax) *inputAbsMax = fp4_tensor_amax(in.data_ptr<float>(), in.numel());
     status = fp4_fake_quantize(&config, in.data_ptr<float>(), rows, cols, amax,
                                out.data_ptr<float>(), stats ? &local : nullptr, blocks, nullptr);
   } else if (in.is_cuda()) {
 #ifdef FP4LAB_HAVE_CUDA_KERNELS
     // The legacy default stream: LibTorch's work on it (and on blocking streams) is ordered.
-    status = fp4_cuda_fake_quantize(&config, in.data_ptr<float>(), rows, cols, amax,
-                                    out.data_ptr<float>(), stats ? &local : nullptr, blocks,
-                                    nullptr, nullptr);
+    status = inputAbsMax
+                 ? fp4_cuda_tensor_amax(in.data_ptr<float>(), in.numel(), inputAbsMax, nullptr)
+                 : FP4_OK;
+    if (status == FP4_OK)
+      status = fp4_cuda_fake_quantize(&config, in.data_ptr<float>(), rows, cols, amax,
+                                      out.data_ptr<float>(), stats ? &local : nullptr, blocks,
+                                      nullptr, nullptr);
 #else
     throw Error("this fp4lab was built without the CUDA kernels", "quant",
                 "configure with -DFP4LAB_CUDA=ON (the cuda preset)");
@@ -59,25 +64,51 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// y = fakeQuantize(x); dy/dx = 1 (straight-through) or 1 where |x| <= amax (clipped).
+// y = fakeQuantize(x); dy/dx = 1 (straight-through) or 1 where |x| <= amax (clipped). The
+// clipped case measures max |x| in the forward (one read pass, vectorized): when nothing exceeds
+// amax, as usual with a calibrated amax, the backward needs no mask. (Non-finite inputs are not
+// masked; the training loop stops on the non-finite loss they cause.)
 class FakeQuantFunction : public torch::autograd::Function<FakeQuantFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
                                const fp4_config* config, double amax, bool clipped,
                                fp4_error_stats* stats) {
-    ctx->saved_data["clip"] = clipped && std::isfinite(amax) ? amax : -1.0;
-    if (clipped) ctx->save_for_backward({x});
-    return fakeQuantize(x, *config, float(amax), stats);
+    const bool clip = clipped && std::isfinite(amax) && amax >= 0;
+    float inputAbsMax = 0;
+    torch::Tensor y =
+        fakeQuantize(x, *config, float(amax), stats, nullptr, clip ? &inputAbsMax : nullptr);
+    const bool mask = clip && double(inputAbsMax) > amax;
+    ctx->saved_data["clip"] = mask ? amax : -1.0;
+    if (mask) ctx->save_for_backward({x});
+    return y;
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list gradOutputs) {
     torch::Tensor grad = gradOutputs[0];
     const double clip = ctx->saved_data["clip"].toDouble();
-    if (clip >= 0) {
-      torch::Tensor x = ctx->get_saved_variables()[0];
-      grad = grad.masked_fill(x.abs() > clip, 0);
-    }
+    if (clip >= 0) grad = clipGradient(grad, ctx->get_saved_variables()[0], float(clip));
     return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  // grad where |x| <= clip, else 0: one fused pass on CPU (fp32 or bf16), torch ops elsewhere.
+  static torch::Tensor clipGradient(const torch::Tensor& grad, const torch::Tensor& x, float clip) {
+    if (!grad.is_cpu() || !x.is_cpu() || grad.sizes() != x.sizes() ||
+        grad.scalar_type() != x.scalar_type() ||
+        (x.scalar_type() != torch::kFloat && x.scalar_type() != torch::kBFloat16))
+      return grad.masked_fill(x.abs() > clip, 0);
+    torch::Tensor g = grad.contiguous(), v = x.contiguous();
+    torch::Tensor out = torch::empty_like(g);
+    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, g.scalar_type(), "clipGradient", [&] {
+      const scalar_t* gp = g.data_ptr<scalar_t>();
+      const scalar_t* xp = v.data_ptr<scalar_t>();
+      scalar_t* op = out.data_ptr<scalar_t>();
+      at::parallel_for(0, g.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          op[i] = std::abs(float(xp[i])) > clip ? scalar_t(0) : gp[i];
+      });
+    });
+    return out;
   }
 };
 

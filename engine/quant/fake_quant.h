@@ -23,9 +23,10 @@ enum class Backward {
 // floating dtype, CPU or CUDA, any leading shape. `amax` is the NVFP4 per-tensor amax (< 0: measure
 // it from x; MXFP4 ignores it). Returns fp32 for fp32 input, else x's dtype. No autograd.
 // Optional outputs: whole-tensor statistics (merged into *stats) and per-block squared errors
-// (fp32 [rows * cols / block], on x's device).
+// (fp32 [rows * cols / block], on x's device), and max |x| over the finite elements.
 torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, float amax,
-                           fp4_error_stats* stats = nullptr, torch::Tensor* blockSqErr = nullptr);
+                           fp4_error_stats* stats = nullptr, torch::Tensor* blockSqErr = nullptr,
+                           float* inputAbsMax = nullptr);
 
 // Drops the calling thread's memo of the last fake-quantized input (see FakeQuantizer::apply):
 // releases the tensors it holds. Harmless to call at any time.

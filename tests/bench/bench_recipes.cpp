@@ -99,6 +99,8 @@ int main(int argc, char** argv) {
       {"SFT BF16", {"recipe.name=sft"}},
       {"QAT NVFP4 W4A16", {"recipe.name=qat", "quant.format=nvfp4", "quant.activations=false"}},
       {"QAT NVFP4 W4A4", {"recipe.name=qat", "quant.format=nvfp4"}},
+      {"QAT NVFP4 W4A4, plain STE",
+       {"recipe.name=qat", "quant.format=nvfp4", "quant.backward=ste"}},
       {"QAT MXFP4 W4A4", {"recipe.name=qat", "quant.format=mxfp4"}},
       {"QAD NVFP4 W4A4", {"recipe.name=qad", "quant.format=nvfp4"}},
   };

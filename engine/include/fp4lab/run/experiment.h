@@ -31,7 +31,7 @@ struct ExperimentConfig {
   double qadLr = 1e-4;
   int64_t evalEvery = 25;
   int64_t evalBatches = 8;
-  int64_t taskItems = 50;
+  int64_t taskItems = 100;
   std::string formats = "mxfp4,nvfp4";
   bool activations = true;              // W4A4; false: W4A16
   std::string baseQatFormat = "mxfp4";  // the QAT-from-base run (no BF16 stage)
