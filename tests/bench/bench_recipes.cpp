@@ -19,37 +19,11 @@
 #include "model/causal_lm.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
+#include "bench_common.h"
 
 using namespace fp4lab;
 
 namespace {
-
-model::ModelConfig benchConfig(const std::string& name) {
-  model::ModelConfig c;
-  c.architecture = model::Architecture::Llama;
-  c.rmsNormEps = 1e-5;
-  c.maxPositionEmbeddings = 4096;
-  if (name == "tiny") {  // the built-in model's shape
-    c.vocabSize = 263, c.hiddenSize = 256, c.intermediateSize = 704, c.numHiddenLayers = 4;
-    c.numAttentionHeads = 4, c.numKeyValueHeads = 2, c.tieWordEmbeddings = true;
-  } else if (name == "100m") {
-    c.vocabSize = 32000, c.hiddenSize = 768, c.intermediateSize = 2048, c.numHiddenLayers = 12;
-    c.numAttentionHeads = 12, c.numKeyValueHeads = 4;
-  } else {
-    std::fprintf(stderr, "unknown --model %s (tiny, 100m)\n", name.c_str());
-    std::exit(2);
-  }
-  c.headDim = c.hiddenSize / c.numAttentionHeads;
-  return c;
-}
-
-struct Capture : train::TrainerListener {
-  std::vector<double> stepSeconds;
-  int64_t tokensPerStep = 0;
-  void onStep(const train::StepReport& r) override {
-    stepSeconds.push_back(double(tokensPerStep) / r.tokensPerSecond);
-  }
-};
 
 struct Variant {
   std::string label;
@@ -84,19 +58,12 @@ int main(int argc, char** argv) {
   }
   if (threads > 0) torch::set_num_threads(threads);
   torch::manual_seed(0);
-  const model::ModelConfig mc = benchConfig(name);
+  const model::ModelConfig mc = bench::benchModelConfig(name);
   model::CausalLM base(mc);
 
   // Enough batches that calibration (the default 4 batches) sees a part of the data, as in a run.
-  std::vector<data::Sequence> sequences(size_t(batch) * 16);
-  torch::Tensor ids =
-      torch::randint(0, mc.vocabSize, {int64_t(sequences.size()), seq + 1}, torch::kLong);
-  for (size_t i = 0; i < sequences.size(); ++i) {
-    for (int j = 0; j <= seq; ++j)
-      sequences[i].ids.push_back(int32_t(ids[int64_t(i)][j].item<int64_t>()));
-    sequences[i].lossMask.assign(size_t(seq + 1), 1);
-    sequences[i].lossMask[0] = 0;
-  }
+  const std::vector<data::Sequence> sequences =
+      bench::randomSequences(size_t(batch) * 16, seq, mc.vocabSize);
   const std::vector<Variant> variants = {
       {"SFT BF16", {"recipe.name=sft"}},
       {"QAT NVFP4 W4A16", {"recipe.name=qat", "quant.format=nvfp4", "quant.activations=false"}},
@@ -132,7 +99,7 @@ int main(int argc, char** argv) {
         return t;
       };
       recipe->prepare(student, context);
-      Capture capture;
+      bench::StepTimes capture;
       capture.tokensPerStep = int64_t(batch) * seq;
       // The loop evaluates and checkpoints at its last step; those are not timed.
       train::Trainer trainer(

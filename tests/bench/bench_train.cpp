@@ -17,40 +17,9 @@
 #include "model/causal_lm.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
+#include "bench_common.h"
 
 using namespace fp4lab;
-
-namespace {
-
-model::ModelConfig benchConfig(const std::string& name) {
-  model::ModelConfig c;
-  c.architecture = model::Architecture::Llama;
-  c.rmsNormEps = 1e-5;
-  c.ropeTheta = 10000.0;
-  c.maxPositionEmbeddings = 4096;
-  if (name == "tiny") {  // the built-in model's shape (run/model_source.cpp)
-    c.vocabSize = 263, c.hiddenSize = 256, c.intermediateSize = 704, c.numHiddenLayers = 4;
-    c.numAttentionHeads = 4, c.numKeyValueHeads = 2, c.tieWordEmbeddings = true;
-  } else if (name == "100m") {
-    c.vocabSize = 32000, c.hiddenSize = 768, c.intermediateSize = 2048, c.numHiddenLayers = 12;
-    c.numAttentionHeads = 12, c.numKeyValueHeads = 4, c.tieWordEmbeddings = false;
-  } else {
-    std::fprintf(stderr, "unknown --model %s (tiny, 100m)\n", name.c_str());
-    std::exit(2);
-  }
-  c.headDim = c.hiddenSize / c.numAttentionHeads;
-  return c;
-}
-
-struct Capture : train::TrainerListener {
-  std::vector<double> stepSeconds;
-  int64_t tokensPerStep = 0;
-  void onStep(const train::StepReport& r) override {
-    stepSeconds.push_back(double(tokensPerStep) / r.tokensPerSecond);
-  }
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::string name = "tiny";
@@ -76,7 +45,7 @@ int main(int argc, char** argv) {
   }
   if (threads > 0) torch::set_num_threads(threads);
   torch::manual_seed(0);
-  model::ModelConfig mc = benchConfig(name);
+  model::ModelConfig mc = bench::benchModelConfig(name);
   model::CausalLM m(mc);
   int64_t params = 0;
   for (const auto& p : m->parameters()) params += p.numel();
@@ -85,15 +54,9 @@ int main(int argc, char** argv) {
   rc.seqLen = seq, rc.batchSize = batch, rc.maxSteps = warmup + steps, rc.lr = 1e-4,
   rc.warmupRatio = 0;
   rc.evalEvery = 0, rc.evalBatches = 1, rc.gradClip = 1.0, rc.weightDecay = 0.0;
-  std::vector<data::Sequence> sequences(size_t(batch) * 4);
-  torch::Tensor ids =
-      torch::randint(0, mc.vocabSize, {int64_t(sequences.size()), seq + 1}, torch::kLong);
-  for (size_t i = 0; i < sequences.size(); ++i) {
-    for (int j = 0; j <= seq; ++j)
-      sequences[i].ids.push_back(int32_t(ids[int64_t(i)][j].item<int64_t>()));
-    sequences[i].lossMask.assign(size_t(seq + 1), 1);
-  }
-  Capture capture;
+  const std::vector<data::Sequence> sequences =
+      bench::randomSequences(size_t(batch) * 4, seq, mc.vocabSize);
+  bench::StepTimes capture;
   capture.tokensPerStep = int64_t(batch) * seq;
   auto recipe = train::makeRecipe(rc);
   // The loop checkpoints at its last step; keep that out of the way (and out of the timings).

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "../temp_dir.h"
 #include "fp4lab/log/run_log.h"
 #include "fp4lab/run/runner.h"
 
@@ -17,13 +18,8 @@ using namespace fp4lab;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("fp4lab-recipes-" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("fp4lab-recipes-") {}
 };
 
 // scratch:tiny is the built-in architecture with random weights from run.seed: the same model for

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <random>
 
+#include "../temp_dir.h"
 #include "fp4lab/log/run_log.h"
 #include "fp4lab/run/runner.h"
 #include "train/schedule.h"
@@ -14,13 +15,8 @@ using namespace fp4lab;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("fp4lab-train-" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("fp4lab-train-") {}
 };
 
 run::RunConfig tinyConfig(int64_t steps) {

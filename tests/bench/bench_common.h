@@ -1,0 +1,60 @@
+// What the training benchmarks share: the model shapes they time, random-token training data, and
+// a listener that records each step's time.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "fp4lab/data/packing.h"
+#include "model/config.h"
+#include "train/trainer.h"
+
+namespace fp4lab::bench {
+
+// "tiny": the built-in model's shape (run/model_source.cpp); "100m": a ~125 M-parameter Llama.
+inline model::ModelConfig benchModelConfig(const std::string& name) {
+  model::ModelConfig c;
+  c.architecture = model::Architecture::Llama;
+  c.rmsNormEps = 1e-5;
+  c.ropeTheta = 10000.0;
+  c.maxPositionEmbeddings = 4096;
+  if (name == "tiny") {
+    c.vocabSize = 263, c.hiddenSize = 256, c.intermediateSize = 704, c.numHiddenLayers = 4;
+    c.numAttentionHeads = 4, c.numKeyValueHeads = 2, c.tieWordEmbeddings = true;
+  } else if (name == "100m") {
+    c.vocabSize = 32000, c.hiddenSize = 768, c.intermediateSize = 2048, c.numHiddenLayers = 12;
+    c.numAttentionHeads = 12, c.numKeyValueHeads = 4, c.tieWordEmbeddings = false;
+  } else {
+    std::fprintf(stderr, "unknown --model %s (tiny, 100m)\n", name.c_str());
+    std::exit(2);
+  }
+  c.headDim = c.hiddenSize / c.numAttentionHeads;
+  return c;
+}
+
+// `count` sequences of seq + 1 uniformly random ids below `vocab` (torch's generator: seed it),
+// every position after the first a target.
+inline std::vector<data::Sequence> randomSequences(size_t count, int seq, int64_t vocab) {
+  std::vector<data::Sequence> sequences(count);
+  torch::Tensor ids = torch::randint(0, vocab, {int64_t(count), seq + 1}, torch::kLong);
+  auto a = ids.accessor<int64_t, 2>();
+  for (size_t i = 0; i < count; ++i) {
+    for (int j = 0; j <= seq; ++j) sequences[i].ids.push_back(int32_t(a[int64_t(i)][j]));
+    sequences[i].lossMask.assign(size_t(seq) + 1, 1);
+    sequences[i].lossMask[0] = 0;
+  }
+  return sequences;
+}
+
+// Seconds of every optimizer step the loop reports.
+struct StepTimes : train::TrainerListener {
+  std::vector<double> stepSeconds;
+  int64_t tokensPerStep = 0;
+  void onStep(const train::StepReport& r) override {
+    stepSeconds.push_back(double(tokensPerStep) / r.tokensPerSecond);
+  }
+};
+
+}  // namespace fp4lab::bench
