@@ -27,8 +27,8 @@ QuantOptions QuantOptions::fromConfig(const run::RunConfig& config) {
   o.backward =
       backward == "clipped_ste" ? Backward::ClippedStraightThrough : Backward::StraightThrough;
   o.frozenAmax = config.amaxMode == "frozen";
-  o.include = splitPatterns(config.quantInclude);
-  o.exclude = splitPatterns(config.quantExclude);
+  o.include = run::splitList(config.quantInclude);
+  o.exclude = run::splitList(config.quantExclude);
   return o;
 }
 
@@ -60,20 +60,6 @@ bool globMatch(const std::string& pattern, const std::string& name) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
-}
-
-std::vector<std::string> splitPatterns(const std::string& list) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string::npos) end = list.size();
-    std::string item = list.substr(start, end - start);
-    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-    if (a != std::string::npos) out.push_back(item.substr(a, b - a + 1));
-    start = end + 1;
-  }
-  return out;
 }
 
 std::vector<QuantizedLayer> attachQuantizers(model::CausalLM& model, const QuantOptions& options) {

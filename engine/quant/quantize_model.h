@@ -33,8 +33,6 @@ struct QuantOptions {
 
 // '*' matches any run of characters (dots included), '?' one character.
 bool globMatch(const std::string& pattern, const std::string& name);
-// Comma-separated patterns, blanks trimmed, empty entries dropped.
-std::vector<std::string> splitPatterns(const std::string& list);
 
 struct QuantizedLayer {
   std::string name;  // HF module name, e.g. model.layers.0.mlp.down_proj

@@ -72,15 +72,6 @@ const std::vector<Key>& keys() {
   return k;
 }
 
-std::vector<std::string> splitList(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 std::string fixed(double v, int digits) {
   if (!std::isfinite(v)) return "n/a";
   char buf[64];

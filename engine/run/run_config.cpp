@@ -227,6 +227,20 @@ std::vector<std::pair<std::string, std::string>> RunConfig::flatten() const {
   return out;
 }
 
+std::vector<std::string> splitList(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(start, end - start);
+    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a != std::string::npos) out.push_back(item.substr(a, b - a + 1));
+    start = end + 1;
+  }
+  return out;
+}
+
 void RunConfig::validate() const {
   auto require = [](bool ok, const char* key, const std::string& what) {
     if (!ok) throw Error("'" + std::string(key) + "' " + what, "run config");

@@ -247,7 +247,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   ModelBundle bundle =
       loadModelBundle(resuming ? checkpoint : config.modelPath, torch::kFloat32, config.seed);
   DataBundle dataBundle = loadTrainingData(config, *bundle.tokenizer);
-  const std::vector<std::string> tasks = quant::splitPatterns(config.tasks);
+  const std::vector<std::string> tasks = splitList(config.tasks);
   checkTaskNames(tasks, "eval.tasks");
 
   // Frozen BF16 models (teacher, reference), loaded once per path.
@@ -286,10 +286,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   recipe->prepare(bundle.model, context);
   std::vector<quant::QuantizedLayer>& layers = recipe->quantizedLayers();
   const std::string referencePath =
-      !config.reference.empty()
-          ? config.reference
-          : (config.recipe == "qad" ? (config.teacher.empty() ? config.modelPath : config.teacher)
-                                    : std::string());
+      config.reference.empty() ? recipe->defaultReference() : config.reference;
   model::CausalLM reference{nullptr};
   if (!referencePath.empty()) reference = loadFrozen(referencePath);
 

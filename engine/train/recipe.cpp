@@ -120,8 +120,7 @@ class QadRecipe : public QuantizingRecipe {
   std::string name() const override { return "qad"; }
 
   void prepare(model::CausalLM& model, const RecipeContext& context) override {
-    m_teacher =
-        context.loadFrozenModel(m_config.teacher.empty() ? m_config.modelPath : m_config.teacher);
+    m_teacher = context.loadFrozenModel(m_config.teacherPath());
     if (m_teacher->config().vocabSize != model->config().vocabSize)
       throw Error("the teacher's vocabulary (" + std::to_string(m_teacher->config().vocabSize) +
                       ") differs from the student's (" + std::to_string(model->config().vocabSize) +
@@ -129,6 +128,8 @@ class QadRecipe : public QuantizingRecipe {
                   "recipe.teacher", "distil from a model of the same family");
     QuantizingRecipe::prepare(model, context);
   }
+
+  std::string defaultReference() const override { return m_config.teacherPath(); }
 
   torch::Tensor loss(model::CausalLM& model, const Batch& batch) override {
     torch::Tensor teacherLogits;

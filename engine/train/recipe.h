@@ -59,6 +59,8 @@ class Recipe {
   virtual std::vector<quant::QuantizedLayer>& quantizedLayers() { return m_noLayers; }
   // "bf16", or the quantization, e.g. "NVFP4 W4A4, 1-D blocks, clipped STE, calibrated amax".
   virtual std::string format() const { return "bf16"; }
+  // The model evaluations measure KL to when eval.reference is empty ("" = none): QAD's teacher.
+  virtual std::string defaultReference() const { return {}; }
   // Writes the recipe's state (quantizer amaxes) into a checkpoint or model folder being made.
   virtual void saveState(const std::string& dir) const { (void)dir; }
 

@@ -175,7 +175,7 @@ TEST_CASE("Glob patterns", "[quant][select]") {
   CHECK_FALSE(quant::globMatch("model.layers.?.self_attn.*", "model.layers.13.self_attn.o_proj"));
   CHECK(quant::globMatch("*", ""));
   CHECK_FALSE(quant::globMatch("a*b", "acbd"));
-  CHECK(quant::splitPatterns(" a , ,b*,") == std::vector<std::string>{"a", "b*"});
+  CHECK(run::splitList(" a , ,b*,") == std::vector<std::string>{"a", "b*"});
 }
 
 TEST_CASE("Default selection: the blocks' linears, not lm_head, embeddings or routers",

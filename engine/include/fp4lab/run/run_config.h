@@ -77,6 +77,12 @@ struct RunConfig {
   std::vector<std::pair<std::string, std::string>> flatten() const;
   // Cross-field checks (positive sizes, ranges); throws fp4lab::Error naming the key.
   void validate() const;
+  // recipe.teacher, or model.path when it is empty (a QAD student distils from where it started).
+  std::string teacherPath() const { return teacher.empty() ? modelPath : teacher; }
 };
+
+// A comma-separated value (quant.include, eval.tasks, ...) as its items, blanks trimmed, empty
+// items dropped.
+std::vector<std::string> splitList(const std::string& list);
 
 }  // namespace fp4lab::run
