@@ -2,12 +2,15 @@
 // scalar reference, the vectorized backend on 1 and 2 threads, and the same fake quantization
 // written as a composition of LibTorch tensor operations (what a PyTorch user runs today).
 // Prints a markdown table (docs/performance.md). Usage: bench_kernels [--quick] [--max-elements N]
+// [--sizes N,N,..] [--formats mxfp4,nvfp4] [--threads T,T,..] [--fake-only]. --fake-only times
+// memcpy and fake-quant without statistics only (no LibTorch, quantize, dequantize, reference).
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -73,6 +76,22 @@ torch::Tensor fakeQuantTorch(const torch::Tensor& x, fp4_format format) {
   return q.view_as(x);
 }
 
+// "4096,64K,1M" -> {4096, 65536, 1048576}.
+std::vector<int64_t> parseList(const char* text) {
+  std::vector<int64_t> values;
+  for (const char* p = text; *p;) {
+    char* end = nullptr;
+    int64_t v = std::strtoll(p, &end, 10);
+    if (end == p) break;
+    if (*end == 'K' || *end == 'k') v <<= 10, ++end;
+    if (*end == 'M' || *end == 'm') v <<= 20, ++end;
+    values.push_back(v);
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',') break;
+  }
+  return values;
+}
+
 struct Row {
   std::string format, op, impl;
   int64_t elements;
@@ -94,21 +113,36 @@ void printRow(const Row& r, double memcpySeconds, double torchSeconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, fakeOnly = false;
   int64_t maxElements = int64_t(64) << 20;
+  std::vector<int64_t> sizes = {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20,
+                                int64_t(16) << 20, int64_t(64) << 20};
+  std::vector<int64_t> threadCounts = {1, 2};
+  std::vector<fp4_format> formats = {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4};
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick"))
+    if (!std::strcmp(argv[i], "--quick")) {
       quick = true;
-    else if (!std::strcmp(argv[i], "--max-elements") && i + 1 < argc)
+      sizes = {int64_t(4) << 10, int64_t(64) << 10};
+    } else if (!std::strcmp(argv[i], "--fake-only")) {
+      fakeOnly = true;
+    } else if (!std::strcmp(argv[i], "--max-elements") && i + 1 < argc) {
       maxElements = std::atoll(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: bench_kernels [--quick] [--max-elements N]\n");
+    } else if (!std::strcmp(argv[i], "--sizes") && i + 1 < argc) {
+      sizes = parseList(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
+      threadCounts = parseList(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--formats") && i + 1 < argc) {
+      std::string list = argv[++i];
+      formats.clear();
+      if (list.find("mxfp4") != std::string::npos) formats.push_back(FP4_FORMAT_MXFP4);
+      if (list.find("nvfp4") != std::string::npos) formats.push_back(FP4_FORMAT_NVFP4);
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_kernels [--quick] [--max-elements N] [--sizes N,N,..] "
+                   "[--formats mxfp4,nvfp4] [--threads T,T,..] [--fake-only]\n");
       return 2;
     }
   }
-  std::vector<int64_t> sizes = {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20,
-                                int64_t(16) << 20, int64_t(64) << 20};
-  if (quick) sizes = {int64_t(4) << 10, int64_t(64) << 10};
   const double minSeconds = quick ? 0.02 : 0.3;
   const int64_t cols = 4096;
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -134,7 +168,7 @@ int main(int argc, char** argv) {
     std::printf("| - | memcpy %lld floats (1 core) | %lld | memcpy | %.3f | %.2f | 100%% | |\n",
                 (long long)n, (long long)n, n / memcpyOne / 1e9, 8.0 * n / memcpyOne / 1e9);
 
-    for (fp4_format format : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+    for (fp4_format format : formats) {
       const char* fname = format == FP4_FORMAT_MXFP4 ? "MXFP4" : "NVFP4";
       fp4_config cfg = fp4_default_config(format);
       std::vector<uint8_t> codes(size_t(fp4_packed_bytes(rows, width)));
@@ -147,8 +181,8 @@ int main(int argc, char** argv) {
       // LibTorch composition, 1 thread (and all threads for the scaling comparison).
       torch::Tensor xt = torch::from_blob(x.data(), {rows, width}, torch::kFloat);
       at::set_num_threads(1);
-      double torchOne = timeIt([&] { fakeQuantTorch(xt, format); }, minSeconds);
-      {
+      double torchOne = fakeOnly ? 0 : timeIt([&] { fakeQuantTorch(xt, format); }, minSeconds);
+      if (!fakeOnly) {
         // How often the usual emulation disagrees with the spec (log2 rounding, E4M3 casts).
         torch::Tensor ref = fakeQuantTorch(xt, format);
         fp4_fake_quantize(&cfg, x.data(), rows, width, -1, y.data(), nullptr, nullptr, nullptr);
@@ -161,11 +195,22 @@ int main(int argc, char** argv) {
                  memcpyOne, torchOne);
       }
 
-      for (int threads : {1, 2}) {
-        if (threads > hw) continue;
+      for (int64_t threadCount : threadCounts) {
+        const int threads = int(threadCount);
+        if (threads < 1 || threads > hw) continue;
         fp4_set_num_threads(threads);
         std::string impl = std::string(fp4_backend_name(fp4_get_backend())) + ", " +
                            std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+        if (fakeOnly) {
+          double f = timeIt(
+              [&] {
+                fp4_fake_quantize(&cfg, x.data(), rows, width, -1, y.data(), nullptr, nullptr,
+                                  nullptr);
+              },
+              minSeconds);
+          printRow({fname, "fake-quant", impl, n, f, fakeBytes}, memcpyOne, 0);
+          continue;
+        }
         double q = timeIt(
             [&] {
               fp4_quantize(&cfg, x.data(), rows, width, -1, codes.data(), scales.data(), &s2);
@@ -192,7 +237,7 @@ int main(int argc, char** argv) {
         printRow({fname, "fake-quant", impl, n, f, fakeBytes}, memcpyOne, torchOne);
         printRow({fname, "fake-quant + stats", impl, n, fs, fakeBytes}, memcpyOne, torchOne);
       }
-      if (n <= (int64_t(1) << 20)) {  // the reference is slow by design
+      if (!fakeOnly && n <= (int64_t(1) << 20)) {  // the reference is slow by design
         fp4_set_backend(FP4_BACKEND_REFERENCE);
         fp4_set_num_threads(1);
         double r = timeIt(
