@@ -35,6 +35,11 @@ struct BackendOps {
   // Max |.| over finite values of rows [row0, row1), after the Hadamard rotation if asked.
   float (*amax)(const Job& job, int64_t row0, int64_t row1, bool hadamard);
   void (*hadamard)(const float* x, float* y, int64_t count, bool inverse);  // count % 16 == 0
+  // Optional (null where not implemented): fake quantization of the whole NVFP4 tensor without
+  // statistics, measuring its tensor amax on the way and setting job.globalScale. Returns false,
+  // having done nothing, when the job is not one it handles (the caller then measures the amax
+  // and calls fakeQuantize). Called only for tensors of one chunk, on one thread.
+  bool (*fakeQuantizeWhole)(Job& job);
 };
 
 const BackendOps& referenceBackend();

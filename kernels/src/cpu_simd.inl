@@ -2,6 +2,7 @@
 // compiled three times: generic (baseline x86-64), AVX2 and AVX-512 (cpu_*.cpp set the ISA
 // flags and FP4LAB_SIMD_NS). Rare blocks (NaN/Inf, zero NVFP4 scale) and stochastic rounding
 // take the scalar block path, built on the same formats.h codecs. Must match ref.cpp bit for bit.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -628,6 +629,234 @@ void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* st
   if (M == Mode::FakeWithStats) acc.flush();
 }
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+// ---- AVX-512 fake quantization without statistics: contiguous blocks in three phases ----
+//
+// Without 2-D tiles or the Hadamard rotation, the blocks of a row range are consecutive in
+// memory. They are fake-quantized a segment of up to kSegmentBlocks at a time: (1) the block
+// maxima, 16 blocks per transposing reduction; (2) the scales of 16 blocks per vector, from
+// those maxima; (3) the elements, each block with its constants broadcast from memory. Phase 3
+// re-reads the segment from L1/L2. Blocks outside the fast formulas' ranges below (NaN/Inf,
+// extreme scales) go through processGroup one block at a time.
+
+constexpr int kSegmentBlocks = 256;
+// Blocks whose maxima one call of fakeWholeTensor keeps (64 K NVFP4 elements; 16 KB of stack).
+constexpr int64_t kWholeTensorBlocks = 4096;
+
+struct SegmentScales {
+  alignas(64) float first[kSegmentBlocks];   // MXFP4: 6 * 2^e; NVFP4: 1 / decoded (0 if 0)
+  alignas(64) float second[kSegmentBlocks];  // MXFP4: 2^e (0 for an all-zero block); NVFP4: decoded
+  alignas(64) uint32_t sign[kSegmentBlocks];  // NVFP4: the sign bit kept in y (0: y is +0)
+  uint32_t slow[kSegmentBlocks / kLanes];     // per group: bit i, block i goes to processGroup
+  bool anySlow = false;
+};
+
+// MXFP4 fake quantization of 16 elements in the input's own scale (no multiplication by 2^-e
+// and back): with c = min(|x|, 6 * 2^e), M = 2^(22 + max(exponent(c), e)) is the magic number
+// that e2m1Round uses in the scaled domain, times 2^e, and (c + M) - M rounds c to the E2M1
+// grid times 2^e with the same ties. Exact while M stays a normal float: e in [-126, 103] (or an
+// all-zero block, for which any M gives 0). `bound` = 6 * 2^e, `floor` = 2^e.
+inline __m512 mxFakeFlat(__m512 x, const float* bound, const float* floor) {
+  // VRANGEPS imm 0x0A: min(|x|, bound) with the sign cleared (x is finite here).
+  __m512 c = _mm512_range_ps(x, _mm512_set1_ps(*bound), 0x0A);
+  // maxU, not _mm512_max_epu32: GCC 12 warns about the intrinsic's undefined pass-through.
+  __m512 m = (__m512)(maxU((VU)c & 0x7F800000u, (VU)_mm512_set1_ps(*floor)) + (22u << 23));
+  __m512 r = _mm512_sub_ps(_mm512_add_ps(c, m), m);
+  // r | (x & sign): the sign of the input, as the codes carry it.
+  return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+      _mm512_castps_si512(r), _mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN), 0xF8));
+}
+
+// NVFP4: the quotient x / decoded correctly rounded by Markstein's correction (as fakeQuantFma,
+// on the signed input: the rounding is symmetric), clamped to 6 and made non-negative in one
+// VRANGEPS, rounded with e2m1Round's magic number, signed and scaled back. The magic number comes
+// from a table indexed by the low 4 bits of the quotient's biased exponent b: 2^22 for b = 125
+// to 127 (|q| in [0.25, 2)), 2^23 for b = 128, 2^24 for b = 129 ([4, 8), clamped to at most 6).
+// The other b that share those bits round to the same values with any of the three: below 0.25
+// everything gives 0, and from 8 up the clamped 6 is on all three grids. For a block whose scale
+// decodes to 0, inverse, decoded and sign are 0 and every element gives +0, as ref.cpp.
+inline __m512 nvFakeFlat(__m512 x, const float* inverse, const float* decoded,
+                         const uint32_t* signMask) {
+  const __m512 magic =
+      _mm512_setr_ps(0x1p23f, 0x1p24f, 0x1p22f, 0x1p22f, 0x1p22f, 0x1p22f, 0x1p22f, 0x1p22f,
+                     0x1p22f, 0x1p22f, 0x1p22f, 0x1p22f, 0x1p22f, 0x1p22f, 0x1p22f, 0x1p22f);
+  __m512 inv = _mm512_set1_ps(*inverse), d = _mm512_set1_ps(*decoded);
+  __m512 q = _mm512_mul_ps(x, inv);
+  __m512 s = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, d, x), inv, q);
+  __m512 c = _mm512_range_ps(s, _mm512_set1_ps(6.0f), 0x0A);
+  // VPERMPS reads bits 3:0 of the index. (The masked form: GCC 12 warns about the plain one.)
+  __m512 m = _mm512_mask_permutexvar_ps(magic, 0xFFFF, (__m512i)((VU)s >> 23), magic);
+  __m512 r = _mm512_sub_ps(_mm512_add_ps(c, m), m);
+  __m512i signed_ = _mm512_ternarylogic_epi32(_mm512_castps_si512(r), _mm512_castps_si512(x),
+                                              _mm512_set1_epi32(int32_t(*signMask)), 0xF8);
+  return _mm512_mul_ps(_mm512_castsi512_ps(signed_), d);
+}
+
+// Phase 1: the maxima (bits of |x|; NaN/Inf >= 0x7F800000) of `count` blocks from `in`.
+template <int Block>
+void blockMaxima(const float* in, int64_t count, uint32_t* amaxBits) {
+  for (int64_t b = 0; b < count; b += kLanes) {
+    VU m = groupAmaxBits<Block>(in + b * Block, int(std::min<int64_t>(kLanes, count - b)));
+    std::memcpy(amaxBits + b, &m, sizeof m);  // the buffers have room for whole groups
+  }
+}
+
+// Phase 2: the scales of `count` (<= kSegmentBlocks) blocks from their maxima.
+template <int Block>
+void segmentScales(const Job& job, const uint32_t* amaxBits, int count, SegmentScales& s) {
+  s.anySlow = false;
+  for (int b = 0; b < count; b += kLanes) {
+    const int n = std::min(kLanes, count - b);
+    VU amax;
+    std::memcpy(&amax, amaxBits + b, sizeof amax);
+    VI finite = amax < 0x7F800000u;
+    VI fast;
+    V first, second;
+    VU sign = splatU(0x80000000u);
+    if (Block == kMxfp4BlockSize) {
+      // mxfp4SharedExponent as in groupScales.
+      VI biased = (VI)(amax >> 23);
+      VI e = biased - 127;
+      VI shared;
+      if (job.cfg.scale_rule == FP4_SCALE_RULE_FLOOR) {
+        shared = e - 2;
+      } else {
+        VI atMostOneAndHalf = (amax & 0x7FFFFFu) <= 0x400000u;
+        shared = atMostOneAndHalf ? e - 2 : e - 1;
+      }
+      shared = biased == 0 ? VI{} - 127 : shared;
+      shared = shared < -127 ? VI{} - 127 : (shared > 127 ? VI{} + 127 : shared);
+      fast = finite & (shared <= 103) & ((shared >= -126) | (amax == 0u));
+      second = (V)(shared >= -126 ? (shared + kE8M0Bias) << 23 : VI{});
+      first = second * 6.0f;
+    } else {
+      V scaleValue = scaleQuotients((V)amax, finite, 6.0f * job.globalScale);
+      V decoded = e4m3DecodeScales(e4m3EncodeScales(scaleValue)) * job.globalScale;
+      VI zero = decoded == 0.0f;
+      // nvFakeFlat's conditions are fakeQuantFma's (see groupScales), or a scale decoding to 0.
+      fast = finite & (zero | ((decoded >= 0x1p-100f) & (decoded <= 0x1p100f) &
+                               ((V)amax <= decoded * 0x1p20f)));
+      first = zero ? V{} : 1.0f / (zero ? splat(1.0f) : decoded);
+      second = decoded;
+      sign = zero ? VU{} : sign;
+    }
+    std::memcpy(s.first + b, &first, sizeof first);
+    std::memcpy(s.second + b, &second, sizeof second);
+    std::memcpy(s.sign + b, &sign, sizeof sign);
+    uint32_t slow = ~laneMask(fast) & ((1u << n) - 1u);
+    s.slow[b / kLanes] = slow;
+    s.anySlow |= slow != 0;
+  }
+}
+
+// Phase 3 of one block that takes no fast formula: processGroup with a group of one block.
+template <int Block>
+void slowBlock(const Job& job, int64_t flatBlock, uint32_t amaxBits) {
+  const int64_t blocksPerRow = job.cols / Block;
+  Group group;
+  group.r = flatBlock / blocksPerRow;
+  group.b0 = flatBlock % blocksPerRow;
+  group.count = 1;
+  group.in = job.x + flatBlock * Block;
+  group.amaxBits = VU{};
+  group.amaxBits[0] = amaxBits;
+  groupScales(job, group.amaxBits, group.g);
+  StatsAccumulator unused(nullptr);
+  processGroup<Mode::Fake, Block>(job, group, unused, nullptr);
+}
+
+template <int Block>
+inline void fastBlocks(const float* in, float* y, const SegmentScales& s, int from, int to) {
+  for (int i = from; i < to; ++i) {
+    if (Block == kMxfp4BlockSize) {
+      __m512 x0 = _mm512_loadu_ps(in + i * Block), x1 = _mm512_loadu_ps(in + i * Block + kLanes);
+      _mm512_storeu_ps(y + i * Block, mxFakeFlat(x0, s.first + i, s.second + i));
+      _mm512_storeu_ps(y + i * Block + kLanes, mxFakeFlat(x1, s.first + i, s.second + i));
+    } else {
+      _mm512_storeu_ps(y + i * Block, nvFakeFlat(_mm512_loadu_ps(in + i * Block), s.first + i,
+                                                 s.second + i, s.sign + i));
+    }
+  }
+}
+
+// Phases 2 and 3 of `count` (<= kSegmentBlocks) blocks from flat block `first`, with maxima.
+template <int Block>
+void fakeSegment(const Job& job, int64_t first, int count, const uint32_t* amaxBits) {
+  SegmentScales s;
+  segmentScales<Block>(job, amaxBits, count, s);
+  const float* in = job.x + first * Block;
+  float* y = job.y + first * Block;
+  if (!s.anySlow) return fastBlocks<Block>(in, y, s, 0, count);
+  for (int b = 0; b < count; b += kLanes) {
+    const int n = std::min(kLanes, count - b);
+    uint32_t slow = s.slow[b / kLanes];
+    if (!slow) {
+      fastBlocks<Block>(in, y, s, b, b + n);
+      continue;
+    }
+    for (int i = b; i < b + n; ++i) {
+      if (slow >> (i - b) & 1u)
+        slowBlock<Block>(job, first + i, amaxBits[i]);
+      else
+        fastBlocks<Block>(in, y, s, i, i + 1);
+    }
+  }
+}
+
+// Whether rows take the flat path: no tiles, no rotation, nearest rounding.
+inline bool flatApplies(const Job& job) {
+  return !job.cfg.nvfp4_2d_blocks && !job.cfg.hadamard &&
+         job.cfg.rounding == FP4_ROUNDING_NEAREST_EVEN;
+}
+
+template <int Block>
+void fakeFlat(const Job& job, int64_t row0, int64_t row1) {
+  if (!job.y) return;  // nothing to write and no statistics wanted
+  const int64_t begin = row0 * (job.cols / Block), end = row1 * (job.cols / Block);
+  alignas(64) uint32_t amaxBits[kSegmentBlocks];
+  for (int64_t b = begin; b < end; b += kSegmentBlocks) {
+    const int count = int(std::min<int64_t>(kSegmentBlocks, end - b));
+    blockMaxima<Block>(job.x + b * Block, count, amaxBits);
+    fakeSegment<Block>(job, b, count, amaxBits);
+  }
+}
+
+// NVFP4 fake quantization of a whole small tensor without statistics, measuring its amax on the
+// way: the block maxima of phase 1 give the tensor amax (the max over finite elements), so the
+// tensor is read once for the maxima and once for the elements instead of three times.
+bool fakeWholeTensor(Job& job) {
+  const int64_t blocks = job.rows * (job.cols / kNvfp4BlockSize);
+  if (job.block != kNvfp4BlockSize || !flatApplies(job) || blocks > kWholeTensorBlocks)
+    return false;
+  alignas(64) uint32_t amaxBits[kWholeTensorBlocks + kLanes];
+  blockMaxima<kNvfp4BlockSize>(job.x, blocks, amaxBits);
+  VU m{};
+  bool nonFinite = false;
+  for (int64_t b = 0; b < blocks; b += kLanes) {
+    VU a;  // lanes past the last block hold 0
+    std::memcpy(&a, amaxBits + b, sizeof a);
+    nonFinite |= laneMask(a >= 0x7F800000u) != 0;
+    m = maxU(m, a < 0x7F800000u ? a : VU{});
+  }
+  uint32_t amax = hmaxU(m);
+  if (nonFinite) {
+    // Blocks with a NaN or an Inf: their finite elements still count.
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (amaxBits[b] < 0x7F800000u) continue;
+      VU bits = (VU)load(job.x + b * kNvfp4BlockSize) & 0x7FFFFFFFu;
+      uint32_t finiteMax = hmaxU(bits < 0x7F800000u ? bits : VU{});
+      amax = finiteMax > amax ? finiteMax : amax;
+    }
+  }
+  job.globalScale = nvfp4GlobalScale(bitsToFloat(amax));
+  if (!job.y) return true;
+  for (int64_t b = 0; b < blocks; b += kSegmentBlocks)
+    fakeSegment<kNvfp4BlockSize>(job, b, int(std::min<int64_t>(kSegmentBlocks, blocks - b)),
+                                 amaxBits + b);
+  return true;
+}
+#endif
+
 template <Mode M>
 void processRows(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* stats) {
   if (job.block == kMxfp4BlockSize)
@@ -644,9 +873,18 @@ void fakeQuantize(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* s
   if (stats || job.blockSqErr || job.blockAmax) {
     fp4_error_stats unused;
     processRows<Mode::FakeWithStats>(job, row0, row1, stats ? stats : &unused);
-  } else {
-    processRows<Mode::Fake>(job, row0, row1, nullptr);
+    return;
   }
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+  if (flatApplies(job)) {
+    if (job.block == kMxfp4BlockSize)
+      fakeFlat<kMxfp4BlockSize>(job, row0, row1);
+    else
+      fakeFlat<kNvfp4BlockSize>(job, row0, row1);
+    return;
+  }
+#endif
+  processRows<Mode::Fake>(job, row0, row1, nullptr);
 }
 
 void dequantize(const Job& job, int64_t row0, int64_t row1) {
@@ -711,7 +949,13 @@ float amax(const Job& job, int64_t row0, int64_t row1, bool rotate) {
 }  // namespace
 
 const BackendOps& ops() {
-  static const BackendOps o{FP4LAB_SIMD_NAME, quantize, dequantize, fakeQuantize, amax, hadamard};
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+  static const BackendOps o{FP4LAB_SIMD_NAME, quantize,       dequantize, fakeQuantize, amax,
+                            hadamard,         fakeWholeTensor};
+#else
+  static const BackendOps o{FP4LAB_SIMD_NAME, quantize, dequantize, fakeQuantize, amax,
+                            hadamard,         nullptr};
+#endif
   return o;
 }
 

@@ -94,7 +94,11 @@ const BackendOps& ops() {
 
 int threadCount() {
   int t = g_threads.load();
-  if (t <= 0) t = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (t <= 0) {
+    // hardware_concurrency() is a system call in glibc: ask once.
+    static const int hardware = int(std::max(1u, std::thread::hardware_concurrency()));
+    t = hardware;
+  }
   return t;
 }
 
@@ -109,9 +113,10 @@ template <class Fn>
 void forEachChunk(int64_t rows, int64_t cols, Fn&& fn) {
   int64_t step = chunkRows(cols);
   int64_t chunks = (rows + step - 1) / step;
-  int threads = int(std::min<int64_t>(threadCount(), chunks));
-  // Small tensors are not worth a thread start (tens of microseconds).
-  if (threads <= 1 || rows * cols < (int64_t(1) << 18)) {
+  // Small tensors are not worth a thread start (tens of microseconds); they skip threadCount too.
+  const bool small = chunks <= 1 || rows * cols < (int64_t(1) << 18);
+  int threads = small ? 1 : int(std::min<int64_t>(threadCount(), chunks));
+  if (threads <= 1) {
     for (int64_t c = 0; c < chunks; ++c) fn(c, c * step, std::min(rows, (c + 1) * step));
     return;
   }
@@ -148,14 +153,18 @@ fp4_status checkFloatBuffer(const void* p, const char* name, bool required) {
 fp4_status resolveGlobalScale(Job& job, float tensorAmax) {
   if (job.cfg.format != FP4_FORMAT_NVFP4) return FP4_OK;
   if (tensorAmax < 0.0f) {
-    std::vector<float> partial(size_t((job.rows + chunkRows(job.cols) - 1) / chunkRows(job.cols)),
-                               0.0f);
     const BackendOps& o = ops();
-    forEachChunk(job.rows, job.cols, [&](int64_t c, int64_t r0, int64_t r1) {
-      partial[size_t(c)] = o.amax(job, r0, r1, job.cfg.hadamard != 0);
-    });
-    tensorAmax = 0.0f;
-    for (float p : partial) tensorAmax = std::max(tensorAmax, p);
+    if (job.rows <= chunkRows(job.cols)) {
+      tensorAmax = o.amax(job, 0, job.rows, job.cfg.hadamard != 0);  // one chunk: no allocation
+    } else {
+      std::vector<float> partial(size_t((job.rows + chunkRows(job.cols) - 1) / chunkRows(job.cols)),
+                                 0.0f);
+      forEachChunk(job.rows, job.cols, [&](int64_t c, int64_t r0, int64_t r1) {
+        partial[size_t(c)] = o.amax(job, r0, r1, job.cfg.hadamard != 0);
+      });
+      tensorAmax = 0.0f;
+      for (float p : partial) tensorAmax = std::max(tensorAmax, p);
+    }
   } else if (!std::isfinite(tensorAmax)) {
     return fail(FP4_ERR_ARGUMENT,
                 "fp4: NVFP4 tensor amax %g is not finite (recalibrate on finite data)",
@@ -314,11 +323,15 @@ fp4_status fp4_fake_quantize(const fp4_config* cfg, const float* x, int64_t rows
   job.cfg = *cfg;
   job.rows = rows, job.cols = cols, job.block = fp4_block_size(cfg->format);
   job.x = x, job.y = y, job.blockSqErr = blockSqErr, job.blockAmax = blockAmax;
+  const BackendOps& o = ops();
+  // A small NVFP4 tensor without statistics: the backend may measure the amax in its own pass.
+  if (cfg->format == FP4_FORMAT_NVFP4 && tensorAmax < 0.0f && !stats && !blockSqErr && !blockAmax &&
+      o.fakeQuantizeWhole && rows <= chunkRows(cols) && o.fakeQuantizeWhole(job))
+    return FP4_OK;
   FP4_TRY(resolveGlobalScale(job, tensorAmax));
   // Statistics cost time: measure only when asked (a null partial tells the backend so).
   std::vector<fp4_error_stats> partial(
       stats ? size_t((rows + chunkRows(cols) - 1) / chunkRows(cols)) : 0);
-  const BackendOps& o = ops();
   forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
     if (!stats) return o.fakeQuantize(job, r0, r1, nullptr);
     fp4_stats_clear(&partial[size_t(c)]);

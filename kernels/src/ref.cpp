@@ -257,7 +257,8 @@ float amax(const Job& job, int64_t row0, int64_t row1, bool rotate) {
 }  // namespace
 
 const BackendOps& referenceBackend() {
-  static const BackendOps ops{"reference", quantize, dequantize, fakeQuantize, amax, hadamard};
+  static const BackendOps ops{"reference", quantize, dequantize, fakeQuantize,
+                              amax,        hadamard, nullptr};
   return ops;
 }
 

@@ -277,3 +277,67 @@ TEST_CASE("Results do not depend on the thread count", "[backends][threads]") {
     CHECK(one.stats.sum_x2 == four.stats.sum_x2);
   }
 }
+
+// The AVX-512 no-statistics path rounds MXFP4 in the input's own scale and takes NVFP4's tensor
+// amax from its block maxima; its fast formulas hold for MXFP4 exponents in [-126, 103] and for
+// NVFP4 scales in [2^-100, 2^100] or decoding to 0. This sweeps block magnitudes across and
+// beyond those bounds (subnormal to near FLT_MAX), all-zero and -0 blocks, blocks at the scale
+// rules' boundaries (amax 1.5 * 2^k, 6 * 2^k), NVFP4 blocks whose scale decodes to 0 with
+// negative elements, and NaN/Inf, on tensors of one chunk and of several.
+TEST_CASE("Optimized backends equal the reference: fake-quant without statistics, extreme scales",
+          "[backends][fake][extreme]") {
+  const std::vector<int> exponents = {-149, -140, -130, -128, -127, -126, -125, -124, -100,
+                                      -20,  -1,   0,    1,    20,   100,  101,  102,  103,
+                                      104,  105,  110,  120,  124,  125,  126,  127};
+  for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+    const int64_t block = fp4_block_size(f);
+    for (Shape s : std::vector<Shape>{{3, 40 * block}, {40, 4096}}) {
+      std::mt19937_64 rng(uint64_t(f) * 1000 + uint64_t(s.rows));
+      std::uniform_real_distribution<float> uniform(-1.99f, 1.99f);
+      std::vector<float> x(size_t(s.rows * s.cols));
+      const int64_t blocks = s.rows * s.cols / block;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float scale = std::ldexp(1.0f, exponents[size_t(b) % exponents.size()]);
+        const int kind = int((b / int64_t(exponents.size())) % 6);
+        for (int64_t i = 0; i < block; ++i) {
+          float v = uniform(rng) * scale;
+          if (kind == 1) v = 0.0f;
+          if (kind == 2) v = i % 2 ? -0.0f : 0.0f;
+          if (kind == 3 && i == 0) v = 1.5f * scale;           // amax on the 1.5 boundary
+          if (kind == 3 && i == 1) v = -6.0f * scale * 0.25f;  // and 6 * 2^k
+          if (kind == 4) v = -std::fabs(v) * 1e-7f;            // tiny and negative
+          if (!std::isfinite(v)) v = 0.0f;
+          x[size_t(b * block + i)] = v;
+        }
+      }
+      for (int i = 0; i < 5; ++i) x[size_t(rng() % x.size())] = i % 2 ? NAN : -INFINITY;
+      // The largest finite value shares its block with a NaN: the NVFP4 amax still counts it.
+      x[0] = 3.4e38f, x[1] = NAN;
+      std::vector<fp4_config> configs(2, fp4_default_config(f));
+      configs[1].scale_rule = FP4_SCALE_RULE_FLOOR;
+      for (const fp4_config& cfg : configs) {
+        for (float amax : {-1.0f, 1.0f, 1e-30f, 3e38f}) {
+          if (amax > 0 && f != FP4_FORMAT_NVFP4) continue;
+          std::vector<float> ref(x.size(), -7.0f);
+          {
+            BackendScope scope(FP4_BACKEND_REFERENCE);
+            REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, ref.data(), nullptr,
+                                      nullptr, nullptr) == FP4_OK);
+          }
+          for (fp4_backend be : optimizedBackends()) {
+            BackendScope scope(be);
+            INFO(describe(cfg, Distribution::Normal, s, fp4_backend_name(be))
+                 << ", extreme scales, tensor amax " << amax);
+            std::vector<float> got(x.size(), -7.0f), inPlace = x;
+            REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, got.data(), nullptr,
+                                      nullptr, nullptr) == FP4_OK);
+            CHECK(firstDifference(got, ref) == -1);
+            REQUIRE(fp4_fake_quantize(&cfg, inPlace.data(), s.rows, s.cols, amax, inPlace.data(),
+                                      nullptr, nullptr, nullptr) == FP4_OK);
+            CHECK(firstDifference(inPlace, ref) == -1);
+          }
+        }
+      }
+    }
+  }
+}
