@@ -692,13 +692,38 @@ inline __m512 nvFakeFlat(__m512 x, const float* inverse, const float* decoded,
   return _mm512_mul_ps(_mm512_castsi512_ps(signed_), d);
 }
 
-// Phase 1: the maxima (bits of |x|; NaN/Inf >= 0x7F800000) of `count` blocks from `in`.
+// Phase 1: the maxima (bits of |x|; NaN/Inf >= 0x7F800000) of `count` blocks from `in`. Whole
+// groups skip groupAmaxBits' per-block count test and its maximum with 0.
 template <int Block>
 void blockMaxima(const float* in, int64_t count, uint32_t* amaxBits) {
-  for (int64_t b = 0; b < count; b += kLanes) {
-    VU m = groupAmaxBits<Block>(in + b * Block, int(std::min<int64_t>(kLanes, count - b)));
-    std::memcpy(amaxBits + b, &m, sizeof m);  // the buffers have room for whole groups
+  const int64_t whole = count / kLanes * kLanes;
+  for (int64_t b = 0; b < whole; b += kLanes) {
+    const float* group = in + b * Block;
+    VU perBlock[kLanes];
+    for (int i = 0; i < kLanes; ++i) {
+      VU m = (VU)load(group + i * Block) & 0x7FFFFFFFu;
+      for (int v = 1; v < Block / kLanes; ++v)
+        m = maxU(m, (VU)load(group + i * Block + v * kLanes) & 0x7FFFFFFFu);
+      perBlock[i] = m;
+    }
+    VU m = reduceMax16(perBlock);
+    std::memcpy(amaxBits + b, &m, sizeof m);
   }
+  if (whole < count) {
+    VU m = groupAmaxBits<Block>(in + whole * Block, int(count - whole));
+    std::memcpy(amaxBits + whole, &m, sizeof m);  // the buffers have room for whole groups
+  }
+}
+
+// The E4M3 scale values (as floats) of 16 values v >= 0: e4m3DecodeScales(e4m3EncodeScales(v))
+// without the codes. From 2^-6 up, the mantissa rounded to 3 bits (ties to even; a carry bumps
+// the exponent) and saturated at 448; below, the nearest multiple of 2^-9, by adding 2^14 (whose
+// ulp that is). Non-finite lanes are replaced by the caller.
+inline V e4m3RoundScales(V v) {
+  VU bits = (VU)v;
+  VU normal = minU((bits + 0x7FFFFu + ((bits >> 20) & 1u)) & 0xFFF00000u, splatU(0x43E00000u));
+  V subnormal = (v + 0x1p14f) - 0x1p14f;
+  return v < 0x1p-6f ? subnormal : (V)normal;
 }
 
 // Phase 2: the scales of `count` (<= kSegmentBlocks) blocks from their maxima.
@@ -731,7 +756,7 @@ void segmentScales(const Job& job, const uint32_t* amaxBits, int count, SegmentS
       first = second * 6.0f;
     } else {
       V scaleValue = scaleQuotients((V)amax, finite, 6.0f * job.globalScale);
-      V decoded = e4m3DecodeScales(e4m3EncodeScales(scaleValue)) * job.globalScale;
+      V decoded = e4m3RoundScales(scaleValue) * job.globalScale;
       VI zero = decoded == 0.0f;
       // nvFakeFlat's conditions are fakeQuantFma's (see groupScales), or a scale decoding to 0.
       fast = finite & (zero | ((decoded >= 0x1p-100f) & (decoded <= 0x1p100f) &
