@@ -792,15 +792,39 @@ void slowBlock(const Job& job, int64_t flatBlock, uint32_t amaxBits) {
 
 template <int Block>
 inline void fastBlocks(const float* in, float* y, const SegmentScales& s, int from, int to) {
-  for (int i = from; i < to; ++i) {
-    if (Block == kMxfp4BlockSize) {
-      __m512 x0 = _mm512_loadu_ps(in + i * Block), x1 = _mm512_loadu_ps(in + i * Block + kLanes);
+  // Each input vector is loaded once (GCC would fold it into every instruction that reads it,
+  // and an unaligned input splits every such load in two), and one block ahead: a load issued
+  // after a store that overlaps it modulo 4 KB waits for that store (4K aliasing), as happens
+  // when y starts 16 bytes past x modulo 4 KB (two std::vectors allocated one after the other).
+  // The last block is peeled so that the loop reads ahead without a test.
+  if (from >= to) return;
+  if (Block == kMxfp4BlockSize) {
+    auto one = [&](int i, __m512 x0, __m512 x1) {
       _mm512_storeu_ps(y + i * Block, mxFakeFlat(x0, s.first + i, s.second + i));
       _mm512_storeu_ps(y + i * Block + kLanes, mxFakeFlat(x1, s.first + i, s.second + i));
-    } else {
-      _mm512_storeu_ps(y + i * Block, nvFakeFlat(_mm512_loadu_ps(in + i * Block), s.first + i,
-                                                 s.second + i, s.sign + i));
+    };
+    __m512 x0 = _mm512_loadu_ps(in + from * Block),
+           x1 = _mm512_loadu_ps(in + from * Block + kLanes);
+    for (int i = from; i < to - 1; ++i) {
+      __m512 next0 = _mm512_loadu_ps(in + (i + 1) * Block);
+      __m512 next1 = _mm512_loadu_ps(in + (i + 1) * Block + kLanes);
+      asm("" : "+v"(next0), "+v"(next1));
+      one(i, x0, x1);
+      x0 = next0, x1 = next1;
     }
+    one(to - 1, x0, x1);
+  } else {
+    auto one = [&](int i, __m512 x) {
+      _mm512_storeu_ps(y + i * Block, nvFakeFlat(x, s.first + i, s.second + i, s.sign + i));
+    };
+    __m512 x = _mm512_loadu_ps(in + from * Block);
+    for (int i = from; i < to - 1; ++i) {
+      __m512 next = _mm512_loadu_ps(in + (i + 1) * Block);
+      asm("" : "+v"(next));
+      one(i, x);
+      x = next;
+    }
+    one(to - 1, x);
   }
 }
 
