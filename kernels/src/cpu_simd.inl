@@ -726,48 +726,77 @@ inline V e4m3RoundScales(V v) {
   return v < 0x1p-6f ? subnormal : (V)normal;
 }
 
+// Phase 2 for NVFP4, in mask registers and with the per-call constants hoisted: it costs about
+// as much per block as the element loop's quotient, so it is kept short.
+inline void nvSegmentScales(const Job& job, const uint32_t* amaxBits, int count, SegmentScales& s) {
+  const float s2 = job.globalScale, d6 = 6.0f * s2;
+  const __m512 d6v = _mm512_set1_ps(d6), inverse6 = _mm512_set1_ps(1.0f / d6);
+  const __m512 s2v = _mm512_set1_ps(s2), quotientLimit = _mm512_set1_ps(d6 * 0x1p20f);
+  // scaleQuotients' bounds for Markstein's correction of amax / d6.
+  const bool d6Ok = d6 >= 0x1p-80f && d6 <= 0x1p80f;
+  // A non-zero decoded scale lies in [2^-9 s2, 448 s2]: inside nvFakeFlat's [2^-100, 2^100]
+  // whenever s2 is in [2^-91, 2^91], and then only the quotient bound needs a test per block.
+  const bool rangeOk = s2 >= 0x1p-91f && s2 <= 0x1p91f;
+  const __m512i infBits = _mm512_set1_epi32(0x7F800000);
+  s.anySlow = false;
+  for (int b = 0; b < count; b += kLanes) {
+    const int n = std::min(kLanes, count - b);
+    const __m512 amax = _mm512_castsi512_ps(_mm512_load_si512(amaxBits + b));
+    const __mmask16 finite = _mm512_cmplt_epu32_mask(_mm512_castps_si512(amax), infBits);
+    __m512 scaleValue;
+    if (d6Ok && !(finite & _mm512_cmp_ps_mask(amax, quotientLimit, _CMP_GT_OQ))) {
+      __m512 q = _mm512_mul_ps(amax, inverse6);
+      scaleValue = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, d6v, amax), inverse6, q);
+    } else {
+      scaleValue = _mm512_div_ps(amax, d6v);
+    }
+    const __m512 decoded = _mm512_mul_ps((__m512)e4m3RoundScales((V)scaleValue), s2v);
+    const __mmask16 zero = _mm512_cmp_ps_mask(decoded, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    __mmask16 ok =
+        _mm512_cmp_ps_mask(amax, _mm512_mul_ps(decoded, _mm512_set1_ps(0x1p20f)), _CMP_LE_OQ);
+    if (!rangeOk)
+      ok &= _mm512_cmp_ps_mask(decoded, _mm512_set1_ps(0x1p-100f), _CMP_GE_OQ) &
+            _mm512_cmp_ps_mask(decoded, _mm512_set1_ps(0x1p100f), _CMP_LE_OQ);
+    const __mmask16 fast = finite & (zero | ok);
+    // 1 / decoded, and the kept sign bit; both 0 where the scale decodes to 0.
+    _mm512_store_ps(s.first + b,
+                    _mm512_maskz_div_ps(__mmask16(~zero), _mm512_set1_ps(1.0f), decoded));
+    _mm512_store_ps(s.second + b, decoded);
+    _mm512_store_si512(s.sign + b,
+                       _mm512_maskz_mov_epi32(__mmask16(~zero), _mm512_set1_epi32(INT32_MIN)));
+    const uint32_t slow = ~uint32_t(fast) & ((1u << n) - 1u);
+    s.slow[b / kLanes] = slow;
+    s.anySlow |= slow != 0;
+  }
+}
+
 // Phase 2: the scales of `count` (<= kSegmentBlocks) blocks from their maxima.
 template <int Block>
 void segmentScales(const Job& job, const uint32_t* amaxBits, int count, SegmentScales& s) {
+  if (Block == kNvfp4BlockSize) return nvSegmentScales(job, amaxBits, count, s);
   s.anySlow = false;
   for (int b = 0; b < count; b += kLanes) {
     const int n = std::min(kLanes, count - b);
     VU amax;
     std::memcpy(&amax, amaxBits + b, sizeof amax);
     VI finite = amax < 0x7F800000u;
-    VI fast;
-    V first, second;
-    VU sign = splatU(0x80000000u);
-    if (Block == kMxfp4BlockSize) {
-      // mxfp4SharedExponent as in groupScales.
-      VI biased = (VI)(amax >> 23);
-      VI e = biased - 127;
-      VI shared;
-      if (job.cfg.scale_rule == FP4_SCALE_RULE_FLOOR) {
-        shared = e - 2;
-      } else {
-        VI atMostOneAndHalf = (amax & 0x7FFFFFu) <= 0x400000u;
-        shared = atMostOneAndHalf ? e - 2 : e - 1;
-      }
-      shared = biased == 0 ? VI{} - 127 : shared;
-      shared = shared < -127 ? VI{} - 127 : (shared > 127 ? VI{} + 127 : shared);
-      fast = finite & (shared <= 103) & ((shared >= -126) | (amax == 0u));
-      second = (V)(shared >= -126 ? (shared + kE8M0Bias) << 23 : VI{});
-      first = second * 6.0f;
+    // mxfp4SharedExponent as in groupScales.
+    VI biased = (VI)(amax >> 23);
+    VI e = biased - 127;
+    VI shared;
+    if (job.cfg.scale_rule == FP4_SCALE_RULE_FLOOR) {
+      shared = e - 2;
     } else {
-      V scaleValue = scaleQuotients((V)amax, finite, 6.0f * job.globalScale);
-      V decoded = e4m3RoundScales(scaleValue) * job.globalScale;
-      VI zero = decoded == 0.0f;
-      // nvFakeFlat's conditions are fakeQuantFma's (see groupScales), or a scale decoding to 0.
-      fast = finite & (zero | ((decoded >= 0x1p-100f) & (decoded <= 0x1p100f) &
-                               ((V)amax <= decoded * 0x1p20f)));
-      first = zero ? V{} : 1.0f / (zero ? splat(1.0f) : decoded);
-      second = decoded;
-      sign = zero ? VU{} : sign;
+      VI atMostOneAndHalf = (amax & 0x7FFFFFu) <= 0x400000u;
+      shared = atMostOneAndHalf ? e - 2 : e - 1;
     }
+    shared = biased == 0 ? VI{} - 127 : shared;
+    shared = shared < -127 ? VI{} - 127 : (shared > 127 ? VI{} + 127 : shared);
+    VI fast = finite & (shared <= 103) & ((shared >= -126) | (amax == 0u));
+    V second = (V)(shared >= -126 ? (shared + kE8M0Bias) << 23 : VI{});
+    V first = second * 6.0f;
     std::memcpy(s.first + b, &first, sizeof first);
     std::memcpy(s.second + b, &second, sizeof second);
-    std::memcpy(s.sign + b, &sign, sizeof sign);
     uint32_t slow = ~laneMask(fast) & ((1u << n) - 1u);
     s.slow[b / kLanes] = slow;
     s.anySlow |= slow != 0;
