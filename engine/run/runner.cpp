@@ -2,6 +2,7 @@
 // status.json, feeds the HDF5 log and the JSON events from the training loop's reports.
 #include "fp4lab/run/runner.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -27,6 +28,14 @@
 
 namespace fp4lab::run {
 namespace {
+
+// The cores this process may run on (taskset, cgroup cpusets), not every core of the machine:
+// more LibTorch threads than cores spin against each other.
+int usableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -137,14 +146,15 @@ class RunListener : public train::TrainerListener {
   // <run>/tasks/step-<N>.jsonl: every graded answer, for reading what went wrong.
   void writeTaskAnswers(const TaskResults& t, int64_t step) {
     std::string lines;
-    for (const auto& item : t.items)
-      lines += nlohmann::json{{"task", item.task},
-                              {"prompt", item.prompt},
-                              {"response", item.response},
-                              {"pass", item.pass},
-                              {"reason", item.reason}}
-                   .dump() +
-               "\n";
+    for (const auto& item : t.items) {
+      nlohmann::json line{{"task", item.task},
+                          {"prompt", item.prompt},
+                          {"response", item.response},
+                          {"pass", item.pass},
+                          {"reason", item.reason}};
+      if (!item.system.empty()) line["system"] = item.system;
+      lines += line.dump() + "\n";
+    }
     fs::create_directories(m_runDir / "tasks");
     model::files::writeFileAtomically(
         (m_runDir / "tasks" / ("step-" + std::to_string(step) + ".jsonl")).string(), lines);
@@ -240,8 +250,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   }
 
   // Everything that can fail on bad input happens before the run folder is touched.
-  const int threads =
-      config.threads > 0 ? config.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = config.threads > 0 ? config.threads : usableCores();
   torch::set_num_threads(threads);
   torch::manual_seed(config.seed);
   ModelBundle bundle =

@@ -49,6 +49,7 @@ TaskResults evaluateTasks(model::CausalLM& model, const data::Tokenizer& tokeniz
       TaskItemResult r;
       r.task = task;
       r.prompt = item.prompt.back().content;
+      if (item.prompt.front().role == "system") r.system = item.prompt.front().content;
       r.response = chatReply(model, tokenizer, item.prompt, options);
       data::Grade g = data::gradeTask(item, r.response);
       r.pass = g.pass;

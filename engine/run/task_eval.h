@@ -26,7 +26,7 @@ std::string chatReply(model::CausalLM& model, const data::Tokenizer& tokenizer,
                       const std::vector<data::Message>& messages, const ReplyOptions& options = {});
 
 struct TaskItemResult {
-  std::string task, prompt, response;
+  std::string task, system, prompt, response;  // system: the system message, when there is one
   bool pass = false;
   std::string reason;
 };
