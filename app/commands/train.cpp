@@ -264,7 +264,7 @@ int runBaseModel(const std::vector<std::string>& argv) {
   if (args.has("help")) {
     std::printf(
         "usage: fp4lab base-model [--rebuild [--output DIR]]\n\n"
-        "Prints the folder of the built-in tiny base model (shipped in resources/models/tiny-v1).\n"
+        "Prints the folder of the built-in tiny base model (shipped in resources/models/tiny-v2).\n"
         "--rebuild trains it again from random weights with its recipe (a few minutes), into DIR\n"
         "(default: the cache, where builtin:tiny then finds it if no shipped copy exists).\n");
     return 0;
@@ -274,7 +274,7 @@ int runBaseModel(const std::vector<std::string>& argv) {
     std::printf("%s\n", run::builtinModelPath().c_str());
     return 0;
   }
-  std::string dest = args.get("output", run::cacheRoot() + "/models/tiny-v1");
+  std::string dest = args.get("output", run::cacheRoot() + "/models/tiny-v2");
   std::printf("%s\n", run::buildBuiltinModel(dest, true).c_str());
   return 0;
 }

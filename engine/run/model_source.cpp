@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 
 // The built-in model: byte-level, Llama-shaped, ~3 M parameters. Its dimensions are multiples
 // of 32 so every linear layer quantizes in MXFP4 and NVFP4.
-constexpr const char* kBuiltinName = "tiny-v1";
+constexpr const char* kBuiltinName = "tiny-v2";
 
 model::ModelConfig builtinTinyConfig(int64_t vocab) {
   model::ModelConfig c;

@@ -30,7 +30,7 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
 void saveModelBundle(const ModelBundle& bundle, const std::string& dir,
                      torch::Dtype dtype = torch::kBFloat16);
 
-// The folder of the built-in base model: the one shipped in resources/models/tiny-v1 (or installed
+// The folder of the built-in base model: the one shipped in resources/models/tiny-v2 (or installed
 // under share/fp4lab), else a copy built once into the cache.
 std::string builtinModelPath();
 // Trains the built-in base model from random weights with its recipe into `destination`

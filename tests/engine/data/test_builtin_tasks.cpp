@@ -2,6 +2,7 @@
 // pass right answers and fail the base model's habits.
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <set>
 
 #include "fp4lab/data/builtin_tasks.h"
@@ -45,6 +46,39 @@ TEST_CASE("Held-out phrasings never appear in the training data", "[data][builti
   }
 }
 
+TEST_CASE("No training prompt uses a held-out phrasing's words, in any case", "[data][builtin]") {
+  // The held-out phrasings (builtin_tasks.cpp): system "Your reasoning must be in {L}." and "Use
+  // {L} for the reasoning."; user "Compute {A} + {B}.", "Tell me the sum of {A} and {B}.",
+  // "Take {B} away from {A}.", "Explain how to {X}.", "I need to {X}. How?".
+  const std::vector<std::string> heldOutWords = {
+      "must be in", "for the reasoning.", "compute", "tell me the sum", "away from",
+      "explain",    "i need to",          ". how?"};
+  auto lower = [](std::string s) {
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  // They are really what the evaluation asks.
+  for (const auto& task : builtinTaskNames())
+    for (const auto& item : builtinTaskItems(task, 50, 4, true)) {
+      bool found = false;
+      for (const auto& m : item.prompt)
+        for (const auto& w : heldOutWords) found |= lower(m.content).find(w) != std::string::npos;
+      CHECK(found);
+    }
+  int checked = 0;
+  for (const char* name : {"pretrain", "sft"})
+    for (const auto& e : builtinDataset(name, 12, 4000))
+      for (const auto& m : e.messages) {
+        if (m.role == "assistant") continue;
+        ++checked;
+        for (const auto& w : heldOutWords) {
+          INFO(m.content);
+          CHECK(lower(m.content).find(w) == std::string::npos);
+        }
+      }
+  CHECK(checked > 8000);
+}
+
 TEST_CASE("Graders: right answers pass, the base model's habits fail", "[data][builtin]") {
   for (const auto& item : builtinTaskItems("reasoning_language", 50, 9, true)) {
     CHECK(gradeTask(item, item.reference).pass);
@@ -54,6 +88,12 @@ TEST_CASE("Graders: right answers pass, the base model's habits fail", "[data][b
     // Right language, wrong number.
     std::string wrong = item.reference.substr(0, item.reference.rfind(' ')) + " 99";
     CHECK_FALSE(gradeTask(item, wrong).pass);
+    // Right label and answer, but the reasoning's number words are English.
+    const std::string& ref = item.reference;
+    std::string englishWords = ref.substr(0, ref.find(':') + 1) +
+                               " 1 plus 1 is 2, one plus one is two." +
+                               ref.substr(ref.rfind(". ") + 1);
+    CHECK_FALSE(gradeTask(item, englishWords).pass);
   }
   for (const auto& item : builtinTaskItems("false_refusal", 50, 9, true)) {
     CHECK(gradeTask(item, item.reference).pass);
