@@ -4,6 +4,8 @@
 
 #include "train/autocast.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +34,19 @@ std::vector<int64_t> epochOrder(size_t count, uint64_t seed, int64_t epoch) {
   return order;
 }
 
+// A training step frees and reallocates the same activation-sized buffers every step. glibc
+// serves buffers above its mmap threshold with fresh mappings and trims the heap's free top, so
+// every step paid page faults and zeroing for them again. Keep freed memory in the heap instead
+// (the process's footprint stays at its peak step, which it reaches anyway).
+void keepFreedMemoryForReuse() {
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest allowed threshold (64-bit)
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+  }();
+  (void)done;
+}
+
 }  // namespace
 
 Trainer::Trainer(const run::RunConfig& config, model::CausalLM model, Recipe& recipe,
@@ -48,6 +63,7 @@ Trainer::Trainer(const run::RunConfig& config, model::CausalLM model, Recipe& re
       m_saveModel(std::move(saveModel)) {
   if (m_train.empty())
     throw Error("no training sequences", "data.train", "check the dataset and data.seq_len");
+  keepFreedMemoryForReuse();
   for (auto& p : m_model->parameters()) {
     if (!p.requires_grad()) continue;
     m_parameters.push_back(p);

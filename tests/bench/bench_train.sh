@@ -2,7 +2,9 @@
 # Training throughput and peak memory, side by side in one run: fp4lab's C++ engine
 # (bench_train) and the same model and step in Python PyTorch eager mode (train_step.py), with
 # the same torch from the project's virtual environment, for the built-in model and a ~100M config.
-# usage: tests/bench/bench_train.sh [BUILD_DIR]   (default build/release; prints a markdown table)
+# The two alternate over ROUNDS rounds (default 3), so that drift in this machine's speed hits both
+# alike; the table gives each one's median step time and the C++ / Python ratio of every round.
+# usage: [ROUNDS=N] [THREADS=N] tests/bench/bench_train.sh [BUILD_DIR]   (default build/release)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build/release}
@@ -11,26 +13,34 @@ PY="$VENV/bin/python"
 CPP="$BUILD/tests/bench/bench_train"
 [ -x "$CPP" ] || { echo "build $CPP first (cmake --build --preset release --target bench_train)" >&2; exit 2; }
 THREADS=${THREADS:-$(nproc)}
+ROUNDS=${ROUNDS:-3}
 
 run() {  # model steps batch seq
   local model=$1 steps=$2 batch=$3 seq=$4
   "$CPP" --model "$model" --steps "$steps" --batch "$batch" --seq "$seq" --threads "$THREADS"
   "$PY" tests/bench/train_step.py --model "$model" --steps "$steps" --batch "$batch" --seq "$seq" --threads "$THREADS" 2>/dev/null
 }
-{
+OUT=$(mktemp)
+trap 'rm -f "$OUT"' EXIT
+for ((r = 0; r < ROUNDS; ++r)); do
   run tiny 30 16 256
   run 100m 6 4 256
-} > /tmp/fp4lab-bench-train.jsonl
-"$PY" - /tmp/fp4lab-bench-train.jsonl <<'PY'
-import json, sys
+done > "$OUT"
+"$PY" - "$OUT" <<'PY'
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(f"torch {rows[0]['torch']}, {rows[0]['threads']} threads, BF16 autocast, AdamW, batch x seq as listed\n")
-print("| model | params | batch x seq | implementation | step (s) | tokens/s | peak RSS (MB) | C++ / Python |")
+print("| model | params | batch x seq | implementation | median step (s) | tokens/s | peak RSS (MB) | C++ / Python per round (median) |")
 print("|---|---|---|---|---|---|---|---|")
-for i in range(0, len(rows), 2):
-    c, p = rows[i], rows[i + 1]
-    for r in (c, p):
-        ratio = f"{c['tok_per_s'] / p['tok_per_s']:.2f}x" if r is c else ""
-        print(f"| {r['model']} | {r['params'] / 1e6:.1f} M | {r['batch']} x {r['seq']} | {r['impl']} | "
-              f"{r['step_s']:.3f} | {r['tok_per_s']:.0f} | {r['peak_rss_mb']:.0f} | {ratio} |")
+for model in dict.fromkeys(r["model"] for r in rows):
+    cpp = [r for r in rows if r["model"] == model and r["impl"] == "fp4lab-cpp"]
+    py = [r for r in rows if r["model"] == model and r["impl"] == "python-eager"]
+    ratios = [p["step_s"] / c["step_s"] for c, p in zip(cpp, py)]
+    for runs in (cpp, py):
+        r = runs[0]
+        step = statistics.median(x["step_s"] for x in runs)
+        rss = max(x["peak_rss_mb"] for x in runs)
+        ratio = (" / ".join(f"{x:.2f}" for x in ratios) + f" ({statistics.median(ratios):.2f}x)") if runs is cpp else ""
+        print(f"| {model} | {r['params'] / 1e6:.1f} M | {r['batch']} x {r['seq']} | {r['impl']} | "
+              f"{step:.3f} | {r['batch'] * r['seq'] / step:.0f} | {rss:.0f} | {ratio} |")
 PY
