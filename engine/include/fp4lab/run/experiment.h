@@ -22,8 +22,8 @@ struct ExperimentConfig {
   uint64_t seed = 1234;
   int batchSize = 16;
   int seqLen = 256;
-  int threads = 0;  // 0: all cores
-  int64_t sftSteps = 400;
+  int threads = 0;  // 0: every core the process may use
+  int64_t sftSteps = 600;
   double sftLr = 1e-3;
   int64_t qatSteps = 100;
   double qatLr = 1e-4;
