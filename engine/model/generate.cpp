@@ -71,4 +71,52 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
   return generated;
 }
 
+std::vector<std::vector<int64_t>> generateGreedyBatch(
+    CausalLM& model, const std::vector<std::vector<int64_t>>& prompts, int maxNewTokens,
+    const std::vector<int64_t>& stopTokens) {
+  const std::string where = "generateGreedyBatch";
+  if (prompts.empty()) throw Error("no prompts", where);
+  const size_t length = prompts.front().size();
+  if (length == 0) throw Error("empty prompt", where, "generation needs at least one token");
+  for (const auto& p : prompts)
+    if (p.size() != length)
+      throw Error("prompts of different lengths (" + std::to_string(p.size()) + " and " +
+                      std::to_string(length) + ")",
+                  where, "group prompts by length");
+  const int64_t batch = static_cast<int64_t>(prompts.size());
+  std::vector<std::vector<int64_t>> generated(prompts.size());
+  if (maxNewTokens <= 0) return generated;
+
+  torch::NoGradGuard noGrad;
+  const torch::Device device = model->device();
+  KVCache cache(static_cast<int64_t>(length) + maxNewTokens);
+  std::vector<int64_t> flat;
+  flat.reserve(prompts.size() * length);
+  for (const auto& p : prompts) flat.insert(flat.end(), p.begin(), p.end());
+  const torch::Tensor promptIds =
+      torch::tensor(flat, torch::kLong).view({batch, static_cast<int64_t>(length)}).to(device);
+  // Greedy as pickToken: argmax of the logits widened to fp64 (exact), ties to the lowest id.
+  torch::Tensor last = model->forwardCached(promptIds, cache).select(1, -1);
+  std::vector<bool> done(prompts.size(), false);
+  size_t running = prompts.size();
+  for (int step = 0; step < maxNewTokens && running > 0; ++step) {
+    const torch::Tensor picked = last.to(torch::kCPU, torch::kDouble).argmax(-1).contiguous();
+    const int64_t* tokens = picked.data_ptr<int64_t>();
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      if (done[b]) continue;
+      generated[b].push_back(tokens[b]);
+      const bool stop =
+          std::find(stopTokens.begin(), stopTokens.end(), tokens[b]) != stopTokens.end();
+      if (stop || static_cast<int>(generated[b].size()) >= maxNewTokens) {
+        done[b] = true;
+        --running;
+      }
+    }
+    if (running == 0) break;
+    // Rows that have stopped keep decoding their last token; their outputs are ignored.
+    last = model->forwardCached(picked.view({batch, 1}).to(device), cache).select(1, -1);
+  }
+  return generated;
+}
+
 }  // namespace fp4lab::model

@@ -27,6 +27,16 @@ std::vector<int64_t> generate(CausalLM& model, const std::vector<int64_t>& promp
                               const std::vector<int64_t>& stopTokens,
                               const SamplingOptions& sampling = {});
 
+// Greedy generation for several prompts of one length, as one batch: one forward per new token
+// for all of them instead of one per prompt and token. Each row stops as generate() does (its
+// stop token included); the batch runs until every row has stopped or `maxNewTokens`. A batched
+// matrix product may round differently from a batch of one, so near-ties can pick differently
+// than generate(); the result is deterministic for a given batch. Throws fp4lab::Error on no
+// prompts, an empty prompt or prompts of different lengths.
+std::vector<std::vector<int64_t>> generateGreedyBatch(
+    CausalLM& model, const std::vector<std::vector<int64_t>>& prompts, int maxNewTokens,
+    const std::vector<int64_t>& stopTokens);
+
 // Picks the next token from one position's logits [vocab] (any dtype/device), as generate does;
 // exposed for tests and for batched callers. `generator` is used only when temperature > 0.
 int64_t pickToken(const torch::Tensor& logits, double temperature, const SamplingOptions& sampling,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "fp4lab/data/chat_template.h"
 #include "fp4lab/error.h"
@@ -10,20 +11,74 @@
 
 namespace fp4lab::run {
 
-std::string chatReply(model::CausalLM& model, const data::Tokenizer& tokenizer,
-                      const std::vector<data::Message>& messages, const ReplyOptions& options) {
-  data::ChatTemplate chat(tokenizer);
-  const std::vector<int32_t> prompt = chat.prompt(messages);
+namespace {
+
+std::vector<int64_t> stopTokens(model::CausalLM& model, const data::ChatTemplate& chat) {
   std::vector<int64_t> stops;
   for (int32_t s : chat.stopTokens()) stops.push_back(s);
   for (int64_t s : model->config().stopTokenIds()) stops.push_back(s);
-  const bool wasTraining = model->is_training();
-  model->eval();
-  std::vector<int64_t> out =
-      model::generate(model, std::vector<int64_t>(prompt.begin(), prompt.end()),
-                      options.maxNewTokens, options.temperature, options.seed, stops);
-  if (wasTraining) model->train();
-  return tokenizer.decode(std::vector<int32_t>(out.begin(), out.end()), true);
+  return stops;
+}
+
+std::vector<int64_t> promptIds(const data::ChatTemplate& chat,
+                               const std::vector<data::Message>& messages) {
+  const std::vector<int32_t> prompt = chat.prompt(messages);
+  return std::vector<int64_t>(prompt.begin(), prompt.end());
+}
+
+std::string decode(const data::Tokenizer& tokenizer, const std::vector<int64_t>& ids) {
+  return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()), true);
+}
+
+// Eval mode for the scope, the caller's mode restored after.
+struct EvalModeGuard {
+  model::CausalLM& model;
+  bool wasTraining;
+  explicit EvalModeGuard(model::CausalLM& m) : model(m), wasTraining(m->is_training()) {
+    model->eval();
+  }
+  ~EvalModeGuard() {
+    if (wasTraining) model->train();
+  }
+};
+
+// Greedy replies to many prompts: prompts of equal token length decode together in batches, one
+// forward per new token for the whole batch.
+std::vector<std::string> greedyReplies(model::CausalLM& model, const data::Tokenizer& tokenizer,
+                                       const std::vector<std::vector<data::Message>>& prompts,
+                                       int maxNewTokens) {
+  constexpr size_t kMaxBatch = 64;
+  data::ChatTemplate chat(tokenizer);
+  const std::vector<int64_t> stops = stopTokens(model, chat);
+  std::vector<std::vector<int64_t>> ids;
+  std::map<size_t, std::vector<size_t>> byLength;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ids.push_back(promptIds(chat, prompts[i]));
+    byLength[ids.back().size()].push_back(i);
+  }
+  EvalModeGuard evalMode(model);
+  std::vector<std::string> replies(prompts.size());
+  for (const auto& [length, members] : byLength) {
+    for (size_t start = 0; start < members.size(); start += kMaxBatch) {
+      const size_t end = std::min(members.size(), start + kMaxBatch);
+      std::vector<std::vector<int64_t>> batch;
+      for (size_t k = start; k < end; ++k) batch.push_back(ids[members[k]]);
+      const auto out = model::generateGreedyBatch(model, batch, maxNewTokens, stops);
+      for (size_t k = start; k < end; ++k) replies[members[k]] = decode(tokenizer, out[k - start]);
+    }
+  }
+  return replies;
+}
+
+}  // namespace
+
+std::string chatReply(model::CausalLM& model, const data::Tokenizer& tokenizer,
+                      const std::vector<data::Message>& messages, const ReplyOptions& options) {
+  data::ChatTemplate chat(tokenizer);
+  EvalModeGuard evalMode(model);
+  return decode(tokenizer,
+                model::generate(model, promptIds(chat, messages), options.maxNewTokens,
+                                options.temperature, options.seed, stopTokens(model, chat)));
 }
 
 void checkTaskNames(const std::vector<std::string>& tasks, const std::string& where) {
@@ -45,12 +100,22 @@ TaskResults evaluateTasks(model::CausalLM& model, const data::Tokenizer& tokeniz
   for (const auto& task : tasks) {
     int64_t passed = 0;
     const auto list = data::builtinTaskItems(task, size_t(items), seed, /*heldOut=*/true);
-    for (const auto& item : list) {
+    std::vector<std::string> replies;
+    if (options.temperature == 0) {
+      std::vector<std::vector<data::Message>> prompts;
+      for (const auto& item : list) prompts.push_back(item.prompt);
+      replies = greedyReplies(model, tokenizer, prompts, options.maxNewTokens);
+    } else {
+      for (const auto& item : list)
+        replies.push_back(chatReply(model, tokenizer, item.prompt, options));
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      const auto& item = list[i];
       TaskItemResult r;
       r.task = task;
       r.prompt = item.prompt.back().content;
       if (item.prompt.front().role == "system") r.system = item.prompt.front().content;
-      r.response = chatReply(model, tokenizer, item.prompt, options);
+      r.response = replies[i];
       data::Grade g = data::gradeTask(item, r.response);
       r.pass = g.pass;
       r.reason = g.reason;

@@ -85,6 +85,32 @@ TEST_CASE("generation stops after a stop token", "[model][generate]") {
   CHECK(generate(model, kPrompt, 1, 0.0, 0, {}) == std::vector<int64_t>{free[0]});
 }
 
+TEST_CASE("batched greedy decoding equals decoding each prompt alone", "[model][generate]") {
+  // fp64 models: a batched product rounds like a batch of one, so the tokens must agree exactly.
+  for (const char* name : {"llama_gqa", "qwen3_qknorm", "mixtral_moe", "mistral_window"}) {
+    INFO(name);
+    CausalLM model = randomModel(name, 4);
+    const std::vector<std::vector<int64_t>> prompts = {
+        kPrompt, {7, 7, 1, 2, 30, 11}, {0, 5, 9, 13, 2, 8}, {21, 3, 3, 3, 17, 4}};
+    // A stop token that one row meets early: that row stops, the others go on.
+    const std::vector<int64_t> alone0 = generate(model, prompts[0], 16, 0.0, 0, {});
+    const std::vector<int64_t> stops = {alone0[2]};
+    const auto batched = generateGreedyBatch(model, prompts, 16, stops);
+    REQUIRE(batched.size() == prompts.size());
+    size_t shorter = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CHECK(batched[i] == generate(model, prompts[i], 16, 0.0, 0, stops));
+      shorter += batched[i].size() < 16;
+    }
+    CHECK(shorter >= 1);
+    CHECK(batched[0].size() <= 3);
+  }
+  CausalLM model = randomModel("llama_gqa", 5);
+  CHECK_THROWS_AS(generateGreedyBatch(model, {kPrompt, {1, 2}}, 4, {}), fp4lab::Error);
+  CHECK_THROWS_AS(generateGreedyBatch(model, {}, 4, {}), fp4lab::Error);
+  CHECK(generateGreedyBatch(model, {kPrompt}, 0, {}) == std::vector<std::vector<int64_t>>{{}});
+}
+
 TEST_CASE("sampling is reproducible per seed", "[model][generate]") {
   CausalLM model = randomModel("qwen2_bias_tied", 3);
   const std::vector<int64_t> a = generate(model, kPrompt, 20, 1.5, 7, {});
