@@ -18,6 +18,7 @@
 
 #include "fp4lab/data/builtin_tasks.h"
 #include "fp4lab/error.h"
+#include "fp4lab/kernels/fp4.h"
 #include "fp4lab/log/run_log.h"
 #include "model/files.h"
 #include "quant/quantize_model.h"
@@ -250,8 +251,10 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   }
 
   // Everything that can fail on bad input happens before the run folder is touched.
+  // One thread budget for LibTorch's pool and the FP4 kernels' own workers.
   const int threads = config.threads > 0 ? config.threads : usableCores();
   torch::set_num_threads(threads);
+  fp4_set_num_threads(threads);
   torch::manual_seed(config.seed);
   ModelBundle bundle =
       loadModelBundle(resuming ? checkpoint : config.modelPath, torch::kFloat32, config.seed);
