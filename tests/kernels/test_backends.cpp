@@ -103,6 +103,31 @@ const std::vector<Distribution> kAllDistributions = {
 const std::vector<Shape> kMainShapes = {{1, 4096},   {3, 2048},   {17, 1024}, {33, 512},
                                         {255, 4096}, {1023, 768}, {4097, 32}};
 
+// Fake quantization without statistics (y only): every optimized backend, out of place and in
+// place, equals the reference bit for bit. Returns the reference's output.
+std::vector<float> checkNoStatisticsPath(const fp4_config& cfg, const std::vector<float>& x,
+                                         Shape s, float amax, Distribution d,
+                                         const std::string& note) {
+  std::vector<float> ref(x.size(), -7.0f);
+  {
+    BackendScope scope(FP4_BACKEND_REFERENCE);
+    REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, ref.data(), nullptr, nullptr,
+                              nullptr) == FP4_OK);
+  }
+  for (fp4_backend be : optimizedBackends()) {
+    BackendScope scope(be);
+    INFO(describe(cfg, d, s, fp4_backend_name(be)) << note << ", tensor amax " << amax);
+    std::vector<float> got(x.size(), -7.0f), inPlace = x;
+    REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, got.data(), nullptr, nullptr,
+                              nullptr) == FP4_OK);
+    CHECK(firstDifference(got, ref) == -1);
+    REQUIRE(fp4_fake_quantize(&cfg, inPlace.data(), s.rows, s.cols, amax, inPlace.data(), nullptr,
+                              nullptr, nullptr) == FP4_OK);
+    CHECK(firstDifference(inPlace, ref) == -1);
+  }
+  return ref;
+}
+
 }  // namespace
 
 TEST_CASE("Optimized backends equal the reference bit for bit: MXFP4, >10M values",
@@ -206,24 +231,13 @@ TEST_CASE("Optimized backends equal the reference: fake-quant without statistics
             if (amaxFactor > 0 && f != FP4_FORMAT_NVFP4) continue;
             float amax =
                 amaxFactor > 0 ? fp4_tensor_amax(x.data(), int64_t(x.size())) * amaxFactor : -1.0f;
-            std::vector<float> ref(x.size(), -7.0f);
-            {
-              BackendScope scope(FP4_BACKEND_REFERENCE);
-              REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, ref.data(), nullptr,
-                                        nullptr, nullptr) == FP4_OK);
-            }
+            const std::vector<float> ref = checkNoStatisticsPath(cfg, x, s, amax, d, "");
+            // A per-block output alone takes the statistics path.
             for (fp4_backend be : optimizedBackends()) {
               BackendScope scope(be);
               INFO(describe(cfg, d, s, fp4_backend_name(be)) << ", tensor amax " << amax);
-              std::vector<float> got(x.size(), -7.0f), inPlace = x, amaxOnly(x.size(), -7.0f);
+              std::vector<float> amaxOnly(x.size(), -7.0f);
               std::vector<float> blockAmax(size_t(fp4_scale_count(f, s.rows, s.cols)));
-              REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, got.data(), nullptr,
-                                        nullptr, nullptr) == FP4_OK);
-              CHECK(firstDifference(got, ref) == -1);
-              REQUIRE(fp4_fake_quantize(&cfg, inPlace.data(), s.rows, s.cols, amax, inPlace.data(),
-                                        nullptr, nullptr, nullptr) == FP4_OK);
-              CHECK(firstDifference(inPlace, ref) == -1);
-              // A per-block output alone takes the statistics path.
               REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, amaxOnly.data(),
                                         nullptr, nullptr, blockAmax.data()) == FP4_OK);
               CHECK(firstDifference(amaxOnly, ref) == -1);
@@ -318,24 +332,7 @@ TEST_CASE("Optimized backends equal the reference: fake-quant without statistics
       for (const fp4_config& cfg : configs) {
         for (float amax : {-1.0f, 1.0f, 1e-30f, 3e38f}) {
           if (amax > 0 && f != FP4_FORMAT_NVFP4) continue;
-          std::vector<float> ref(x.size(), -7.0f);
-          {
-            BackendScope scope(FP4_BACKEND_REFERENCE);
-            REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, ref.data(), nullptr,
-                                      nullptr, nullptr) == FP4_OK);
-          }
-          for (fp4_backend be : optimizedBackends()) {
-            BackendScope scope(be);
-            INFO(describe(cfg, Distribution::Normal, s, fp4_backend_name(be))
-                 << ", extreme scales, tensor amax " << amax);
-            std::vector<float> got(x.size(), -7.0f), inPlace = x;
-            REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, amax, got.data(), nullptr,
-                                      nullptr, nullptr) == FP4_OK);
-            CHECK(firstDifference(got, ref) == -1);
-            REQUIRE(fp4_fake_quantize(&cfg, inPlace.data(), s.rows, s.cols, amax, inPlace.data(),
-                                      nullptr, nullptr, nullptr) == FP4_OK);
-            CHECK(firstDifference(inPlace, ref) == -1);
-          }
+          checkNoStatisticsPath(cfg, x, s, amax, Distribution::Normal, ", extreme scales");
         }
       }
     }
