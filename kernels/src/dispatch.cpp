@@ -1,6 +1,6 @@
 // The kernels' front end: argument validation with clear errors, the backend table, NVFP4
 // tensor scale, and row-chunked multithreading whose chunking (and so every result) does not
-// depend on the number of threads.
+// depend on the number of threads (the threads themselves live in thread_pool.cpp).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "last_error.h"
+#include "thread_pool.h"
 #include "validate.h"
 
 namespace fp4lab::kernels {
@@ -113,22 +114,17 @@ template <class Fn>
 void forEachChunk(int64_t rows, int64_t cols, Fn&& fn) {
   int64_t step = chunkRows(cols);
   int64_t chunks = (rows + step - 1) / step;
-  // Small tensors are not worth a thread start (tens of microseconds); they skip threadCount too.
+  auto chunk = [&](int64_t c) { fn(c, c * step, std::min(rows, (c + 1) * step)); };
+  // Small tensors are not worth waking a worker; they skip threadCount too.
   const bool small = chunks <= 1 || rows * cols < (int64_t(1) << 18);
-  int threads = small ? 1 : int(std::min<int64_t>(threadCount(), chunks));
+  const int threads = small ? 1 : threadCount();
   if (threads <= 1) {
-    for (int64_t c = 0; c < chunks; ++c) fn(c, c * step, std::min(rows, (c + 1) * step));
+    for (int64_t c = 0; c < chunks; ++c) chunk(c);
     return;
   }
-  std::atomic<int64_t> next{0};
-  auto worker = [&] {
-    for (int64_t c; (c = next.fetch_add(1)) < chunks;)
-      fn(c, c * step, std::min(rows, (c + 1) * step));
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
+  runChunks(
+      threads, chunks, [](void* ctx, int64_t c) { (*static_cast<decltype(chunk)*>(ctx))(c); },
+      &chunk);
 }
 
 bool misaligned(const void* p) {

@@ -4,6 +4,8 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
+#include <thread>
 
 #include "kernel_fixtures.h"
 
@@ -290,6 +292,132 @@ TEST_CASE("Results do not depend on the thread count", "[backends][threads]") {
     CHECK(one.stats.sum_err2 == four.stats.sum_err2);  // exact: fixed chunking, fixed merge order
     CHECK(one.stats.sum_x2 == four.stats.sum_x2);
   }
+}
+
+// Every output of the API, including fake quantization without statistics (its own code path)
+// and the tensor amax, as raw bytes, so runs can be compared bit for bit.
+struct AllOutputs {
+  Outputs all;
+  std::vector<float> fakeNoStats;
+  float amax = 0;
+  bool operator==(const AllOutputs& o) const {
+    const Outputs &a = all, &b = o.all;
+    return a.quantizeStatus == b.quantizeStatus && a.fakeStatus == b.fakeStatus &&
+           a.dequantStatus == b.dequantStatus && a.codes == b.codes && a.scales == b.scales &&
+           std::memcmp(&a.globalScale, &b.globalScale, 4) == 0 && sameBits(a.fake, b.fake) &&
+           sameBits(a.dequant, b.dequant) && sameBits(a.blockSqErr, b.blockSqErr) &&
+           sameBits(a.blockAmax, b.blockAmax) &&
+           std::memcmp(&a.stats, &b.stats, sizeof a.stats) == 0 &&
+           sameBits(fakeNoStats, o.fakeNoStats) && std::memcmp(&amax, &o.amax, 4) == 0;
+  }
+};
+
+AllOutputs runEverything(const fp4_config& cfg, const std::vector<float>& x, Shape s) {
+  AllOutputs r;
+  r.all = runAll(cfg, x, s.rows, s.cols);
+  r.fakeNoStats.assign(x.size(), -7.0f);
+  if (fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, -1, r.fakeNoStats.data(), nullptr, nullptr,
+                        nullptr) != FP4_OK)
+    r.fakeNoStats.clear();
+  r.amax = fp4_tensor_amax(x.data(), int64_t(x.size()));
+  return r;
+}
+
+// The shapes: 32 chunks of 32 rows, and 3 chunks of 16 rows (fewer chunks than threads).
+const Shape kPoolShapes[] = {{1000, 2048}, {40, 8192}};
+
+TEST_CASE("The thread pool gives the same bits for 1, 2, 3 and 4 threads", "[backends][threads]") {
+  const int before = fp4_get_num_threads();
+  for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+    fp4_config cfg = fp4_default_config(f);
+    for (Shape s : kPoolShapes) {
+      std::vector<float> x = makeData(Distribution::HeavyTailed, s.rows, s.cols, 77);
+      fp4_set_num_threads(1);
+      const AllOutputs one = runEverything(cfg, x, s);
+      REQUIRE(one.all.fakeStatus == FP4_OK);
+      REQUIRE(one.fakeNoStats.size() == x.size());
+      for (int threads : {2, 3, 4, 2}) {  // the pool grows, shrinks and grows again
+        INFO(describe(cfg, Distribution::HeavyTailed, s, fp4_backend_name(fp4_get_backend()))
+             << ", " << threads << " threads");
+        fp4_set_num_threads(threads);
+        CHECK(runEverything(cfg, x, s) == one);
+      }
+    }
+  }
+  fp4_set_num_threads(before);
+}
+
+TEST_CASE("Concurrent calls from two threads on different data give the one-thread results",
+          "[backends][threads]") {
+  const int before = fp4_get_num_threads();
+  struct Case {
+    fp4_config cfg;
+    Shape shape;
+    std::vector<float> x;
+    AllOutputs expected;
+  };
+  std::vector<Case> cases = {
+      {fp4_default_config(FP4_FORMAT_MXFP4), kPoolShapes[0], {}, {}},
+      {fp4_default_config(FP4_FORMAT_NVFP4), kPoolShapes[1], {}, {}},
+  };
+  fp4_set_num_threads(1);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Case& c = cases[i];
+    c.x = makeData(Distribution::Normal, c.shape.rows, c.shape.cols, 500 + i);
+    c.expected = runEverything(c.cfg, c.x, c.shape);
+  }
+  for (int threads : {2, 3}) {
+    fp4_set_num_threads(threads);
+    int mismatches[2] = {0, 0};
+    {
+      std::vector<std::thread> users;
+      for (size_t i = 0; i < cases.size(); ++i)
+        users.emplace_back([&, i] {
+          for (int rep = 0; rep < 8; ++rep)  // Catch's macros are not thread-safe: count here
+            if (!(runEverything(cases[i].cfg, cases[i].x, cases[i].shape) == cases[i].expected))
+              ++mismatches[i];
+        });
+      for (auto& t : users) t.join();
+    }
+    INFO(threads << " threads");
+    CHECK(mismatches[0] == 0);
+    CHECK(mismatches[1] == 0);
+  }
+  fp4_set_num_threads(before);
+}
+
+// The pool's workers are visible as tasks of this process (Linux).
+int64_t processThreads() {
+  std::error_code ec;
+  int64_t n = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/task", ec), end; !ec && it != end;
+       it.increment(ec))
+    ++n;
+  return ec ? -1 : n;
+}
+
+TEST_CASE("fp4_set_num_threads resizes the worker pool", "[backends][threads]") {
+  if (processThreads() <= 0) {
+    WARN("no /proc/self/task: cannot count threads");
+    return;
+  }
+  const int before = fp4_get_num_threads();
+  fp4_config cfg = fp4_default_config(FP4_FORMAT_MXFP4);
+  const Shape s = kPoolShapes[0];
+  std::vector<float> x = makeData(Distribution::Normal, s.rows, s.cols, 9), y(x.size());
+  auto runWith = [&](int threads) {
+    fp4_set_num_threads(threads);
+    CHECK(fp4_get_num_threads() == threads);
+    REQUIRE(fp4_fake_quantize(&cfg, x.data(), s.rows, s.cols, -1, y.data(), nullptr, nullptr,
+                              nullptr) == FP4_OK);
+    return processThreads();
+  };
+  const int64_t two = runWith(2);  // the calling thread and one worker
+  CHECK(runWith(4) == two + 2);
+  CHECK(runWith(3) == two + 1);
+  CHECK(runWith(1) == two + 1);  // one thread: the pool is not used (nor resized)
+  CHECK(runWith(2) == two);
+  fp4_set_num_threads(before);
 }
 
 // The AVX-512 no-statistics path rounds MXFP4 in the input's own scale and takes NVFP4's tensor
