@@ -1,8 +1,12 @@
 // FakeQuantizer: the kernels' fused fake quantization as a LibTorch autograd function.
 #include "quant/fake_quant.h"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "fp4lab/error.h"
 #ifdef FP4LAB_HAVE_CUDA_KERNELS
@@ -10,6 +14,72 @@
 #endif
 
 namespace fp4lab::quant {
+
+namespace {
+
+// c10::BFloat16's conversions, written as plain loops over bits so that they vectorize: exact
+// widening, and rounding to nearest even (NaN -> the canonical 0x7FC0).
+void widenBf16(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t(in[i]) << 16;
+    std::memcpy(out + i, &u, sizeof u);
+  }
+}
+
+void narrowToBf16(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, in + i, sizeof u);
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    out[i] = uint16_t((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
+  }
+}
+
+// Fake quantization of a CPU tensor a few rows at a time, each piece widened (BF16), measured
+// (max |x|) and fake-quantized while it is in cache, and the result narrowed back to the input's
+// dtype: one read and one write of the tensor in memory, instead of a widening copy, a separate
+// amax pass, the kernel's own pass and a narrowing copy. Per row (and per 16-row tile) the kernels
+// compute exactly what they compute on the whole tensor, so the result is bit-identical. Needs the
+// tensor amax up front (NVFP4) and no statistics.
+torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& config, float amax,
+                                   int64_t rows, int64_t cols, float* inputAbsMax) {
+  const bool bf16 = x.scalar_type() == torch::kBFloat16;
+  const torch::Tensor in = x.contiguous();
+  torch::Tensor out = torch::empty_like(in);
+  // ~32 K elements (128 KB in fp32) per piece; a multiple of 16 rows keeps 16x16 tiles whole.
+  const int64_t pieceRows = std::max<int64_t>(16, (32768 / cols) / 16 * 16);
+  const int64_t pieces = (rows + pieceRows - 1) / pieceRows;
+  std::vector<float> pieceAbsMax(size_t(pieces), 0.0f);
+  std::vector<std::string> pieceError{size_t(pieces)};  // the kernels' errors are per thread
+  at::parallel_for(0, pieces, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> wide, narrow;
+    if (bf16) wide.resize(size_t(pieceRows * cols)), narrow.resize(size_t(pieceRows * cols));
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t r0 = p * pieceRows, n = std::min(pieceRows, rows - r0) * cols;
+      const float* src;
+      float* dst;
+      if (bf16) {
+        widenBf16(reinterpret_cast<const uint16_t*>(in.data_ptr<at::BFloat16>()) + r0 * cols,
+                  wide.data(), n);
+        src = wide.data(), dst = narrow.data();
+      } else {
+        src = in.data_ptr<float>() + r0 * cols, dst = out.data_ptr<float>() + r0 * cols;
+      }
+      if (inputAbsMax) pieceAbsMax[size_t(p)] = fp4_tensor_amax(src, n);
+      if (fp4_fake_quantize(&config, src, n / cols, cols, amax, dst, nullptr, nullptr, nullptr) !=
+          FP4_OK)
+        pieceError[size_t(p)] = fp4_last_error();
+      if (bf16)
+        narrowToBf16(dst, reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + r0 * cols, n);
+    }
+  });
+  for (const std::string& e : pieceError)
+    if (!e.empty()) throw Error(e, "quant");
+  if (inputAbsMax) *inputAbsMax = *std::max_element(pieceAbsMax.begin(), pieceAbsMax.end());
+  return out.view(x.sizes());
+}
+
+}  // namespace
 
 torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, float amax,
                            fp4_error_stats* stats, torch::Tensor* blockSqErr, float* inputAbsMax) {
@@ -22,6 +92,9 @@ torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, flo
                     std::to_string(block) + "-element block",
                 "quant", "exclude this layer from quantization (quant.exclude)");
   const int64_t rows = x.numel() / cols;
+  if (x.is_cpu() && !stats && !blockSqErr && (amax >= 0 || config.format == FP4_FORMAT_MXFP4) &&
+      (x.scalar_type() == torch::kBFloat16 || (x.scalar_type() == torch::kFloat && inputAbsMax)))
+    return fakeQuantizeInPieces(x, config, amax, rows, cols, inputAbsMax);
   torch::Tensor in = x.to(torch::kFloat).contiguous();
   torch::Tensor out = torch::empty_like(in);
   float* blocks = nullptr;

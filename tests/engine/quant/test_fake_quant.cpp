@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <set>
 
 using namespace fp4lab;
@@ -79,11 +80,58 @@ TEST_CASE("Fake quantization equals decoding what an exporter writes", "[quant][
 }
 
 TEST_CASE("BF16 inputs are quantized exactly and come back in BF16", "[quant][dtype]") {
-  torch::Tensor x = torch::randn({8, 64}).to(torch::kBFloat16);
-  const fp4_config cfg = configFor(FP4_FORMAT_NVFP4, false);
-  torch::Tensor y = quant::fakeQuantize(x, cfg, -1);
-  CHECK(y.scalar_type() == torch::kBFloat16);
-  CHECK(bitEqual(y, exportThenDecode(x.to(torch::kFloat), cfg, -1).to(torch::kBFloat16)));
+  // BF16 tensors (and fp32 ones whose max |x| is asked for) go through in cache-sized pieces;
+  // the result must be the exporter's, rounded once to BF16, at any shape: several pieces, a
+  // ragged last piece, 16x16 tiles, rows wider than a piece, a single row.
+  torch::manual_seed(11);
+  for (fp4_format format : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+    for (bool twoD : {false, true}) {
+      if (twoD && format == FP4_FORMAT_MXFP4) continue;
+      const fp4_config cfg = configFor(format, twoD);
+      for (auto shape : {std::vector<int64_t>{8, 64},
+                         {4096, 256},
+                         {3, 700, 64},
+                         {1, 32},
+                         {37, 4096},
+                         {17, 65536},
+                         {130, 704 / 32 * 32}}) {
+        torch::Tensor x = (torch::randn(shape) * std::exp(torch::randn({1}).item<double>() * 3))
+                              .to(torch::kBFloat16);
+        x.view({-1}).index_put_({0}, 1e4);  // an outlier, clipped by the amax below
+        const float measured = x.to(torch::kFloat).abs().max().item<float>();
+        const float amax = format == FP4_FORMAT_NVFP4 ? measured * 0.25f : -1.0f;
+        INFO("format " << format << " 2d " << twoD << " rows x cols " << x.numel() / shape.back()
+                       << " x " << shape.back());
+        const torch::Tensor expected =
+            exportThenDecode(x.to(torch::kFloat), cfg, amax).to(torch::kBFloat16).view(shape);
+        float inputAbsMax = -1;
+        torch::Tensor y = quant::fakeQuantize(x, cfg, amax, nullptr, nullptr, &inputAbsMax);
+        CHECK(y.scalar_type() == torch::kBFloat16);
+        CHECK(bitEqual(y, expected));
+        CHECK(inputAbsMax == measured);
+        CHECK(bitEqual(quant::fakeQuantize(x, cfg, amax), expected));
+        // fp32 with the max |x| asked for (the clipped gradient's case) takes the pieces too.
+        torch::Tensor wide = x.to(torch::kFloat);
+        inputAbsMax = -1;
+        CHECK(bitEqual(quant::fakeQuantize(wide, cfg, amax, nullptr, nullptr, &inputAbsMax),
+                       exportThenDecode(wide, cfg, amax).view(shape)));
+        CHECK(inputAbsMax == measured);
+      }
+    }
+  }
+  // NVFP4 with the amax measured per call, and NaN/Inf: the same bits as the fp32 route.
+  const fp4_config nv = configFor(FP4_FORMAT_NVFP4, false);
+  torch::Tensor x = torch::randn({64, 64}).to(torch::kBFloat16);
+  CHECK(bitEqual(quant::fakeQuantize(x, nv, -1),
+                 exportThenDecode(x.to(torch::kFloat), nv, -1).to(torch::kBFloat16)));
+  x.index_put_({5, 3}, std::numeric_limits<float>::quiet_NaN());
+  x.index_put_({9, 0}, std::numeric_limits<float>::infinity());
+  float inputAbsMax = -1;
+  torch::Tensor y = quant::fakeQuantize(x, nv, 3.0f, nullptr, nullptr, &inputAbsMax);
+  torch::Tensor ref = exportThenDecode(x.to(torch::kFloat), nv, 3.0f).to(torch::kBFloat16);
+  CHECK(torch::isnan(y).equal(torch::isnan(ref)));
+  CHECK(torch::nan_to_num(y).equal(torch::nan_to_num(ref)));
+  CHECK(inputAbsMax == x.to(torch::kFloat).nan_to_num(0, 0, 0).abs().max().item<float>());
 }
 
 TEST_CASE("Bad shapes get a clear error", "[quant][errors]") {
