@@ -5,7 +5,9 @@
 // them all alike, and each reports the median step over every timed step of every round.
 // Calibration uses the default quant.calib_batches (4) of the 16 batches of random tokens.
 // usage: bench_recipes [--model tiny|100m] [--rounds R] [--steps N] [--batch B] [--seq T]
-//                      [--threads N]
+//                      [--threads N] [--only LABEL_PREFIX]
+// --only keeps the variants whose label starts with the prefix (and SFT BF16, the reference), e.g.
+// for a profile of one recipe.
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +37,7 @@ struct Variant {
 int main(int argc, char** argv) {
   std::string name = "tiny";
   int rounds = 3, steps = 6, warmup = 2, batch = 16, seq = 256, threads = 0;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--model")
@@ -49,10 +52,12 @@ int main(int argc, char** argv) {
       seq = std::stoi(v);
     else if (k == "--threads")
       threads = std::stoi(v);
+    else if (k == "--only")
+      only = v;
     else {
       std::fprintf(stderr,
                    "usage: bench_recipes [--model tiny|100m] [--rounds R] [--steps N] [--batch B] "
-                   "[--seq T] [--threads N]\n");
+                   "[--seq T] [--threads N] [--only LABEL_PREFIX]\n");
       return 2;
     }
   }
@@ -64,7 +69,7 @@ int main(int argc, char** argv) {
   // Enough batches that calibration (the default 4 batches) sees a part of the data, as in a run.
   const std::vector<data::Sequence> sequences =
       bench::randomSequences(size_t(batch) * 16, seq, mc.vocabSize);
-  const std::vector<Variant> variants = {
+  std::vector<Variant> variants = {
       {"SFT BF16", {"recipe.name=sft"}},
       {"QAT NVFP4 W4A16", {"recipe.name=qat", "quant.format=nvfp4", "quant.activations=false"}},
       {"QAT NVFP4 W4A4", {"recipe.name=qat", "quant.format=nvfp4"}},
@@ -73,6 +78,9 @@ int main(int argc, char** argv) {
       {"QAT MXFP4 W4A4", {"recipe.name=qat", "quant.format=mxfp4"}},
       {"QAD NVFP4 W4A4", {"recipe.name=qad", "quant.format=nvfp4"}},
   };
+  variants.erase(std::remove_if(variants.begin() + 1, variants.end(),
+                                [&](const Variant& v) { return v.label.rfind(only, 0) != 0; }),
+                 variants.end());
   std::map<std::string, std::vector<double>> times;
   const std::string scratch =
       (std::filesystem::temp_directory_path() / ("fp4lab-bench-" + std::to_string(getpid())))
