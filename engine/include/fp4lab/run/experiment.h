@@ -28,7 +28,7 @@ struct ExperimentConfig {
   int64_t qatSteps = 100;
   double qatLr = 1e-4;
   int64_t qadSteps = 100;
-  double qadLr = 3e-5;
+  double qadLr = 1e-4;  // as QAT: the two recipes compared at equal steps and learning rate
   int64_t evalEvery = 25;
   int64_t evalBatches = 8;
   int64_t taskItems = 100;
