@@ -913,15 +913,22 @@ bool fakeWholeTensor(Job& job) {
   alignas(64) uint32_t amaxBits[kWholeTensorBlocks + kLanes];
   blockMaxima<kNvfp4BlockSize>(job.x, blocks, amaxBits);
   VU m{};
-  bool nonFinite = false;
   for (int64_t b = 0; b < blocks; b += kLanes) {
     VU a;  // lanes past the last block hold 0
     std::memcpy(&a, amaxBits + b, sizeof a);
-    nonFinite |= laneMask(a >= 0x7F800000u) != 0;
-    m = maxU(m, a < 0x7F800000u ? a : VU{});
+    m = maxU(m, a);
   }
   uint32_t amax = hmaxU(m);
+  const bool nonFinite = amax >= 0x7F800000u;
   if (nonFinite) {
+    // The max over finite blocks, then the finite elements of the others.
+    m = VU{};
+    for (int64_t b = 0; b < blocks; b += kLanes) {
+      VU a;
+      std::memcpy(&a, amaxBits + b, sizeof a);
+      m = maxU(m, a < 0x7F800000u ? a : VU{});
+    }
+    amax = hmaxU(m);
     // Blocks with a NaN or an Inf: their finite elements still count.
     for (int64_t b = 0; b < blocks; ++b) {
       if (amaxBits[b] < 0x7F800000u) continue;
