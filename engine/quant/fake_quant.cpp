@@ -39,7 +39,8 @@ void narrowToBf16(const float* in, uint16_t* out, int64_t n) {
 // (max |x|) and fake-quantized while it is in cache, and the result narrowed back to the input's
 // dtype: one read and one write of the tensor in memory, instead of a widening copy, a separate
 // amax pass, the kernel's own pass and a narrowing copy. Per row (and per 16-row tile) the kernels
-// compute exactly what they compute on the whole tensor, so the result is bit-identical. Needs the
+// compute exactly what they compute on the whole tensor (stochastic rounding is keyed by the
+// element's index in the tensor: each piece offsets it), so the result is bit-identical. Needs the
 // tensor amax up front (NVFP4) and no statistics.
 torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& config, float amax,
                                    int64_t rows, int64_t cols, float* inputAbsMax) {
@@ -49,8 +50,10 @@ torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& con
   // ~32 K elements (128 KB in fp32) per piece; a multiple of 16 rows keeps 16x16 tiles whole.
   const int64_t pieceRows = std::max<int64_t>(16, (32768 / cols) / 16 * 16);
   const int64_t pieces = (rows + pieceRows - 1) / pieceRows;
-  std::vector<float> pieceAbsMax(size_t(pieces), 0.0f);
-  std::vector<std::string> pieceError{size_t(pieces)};  // the kernels' errors are per thread
+  if (inputAbsMax) *inputAbsMax = 0;
+  if (pieces == 0) return out.view(x.sizes());
+  std::vector<float> pieceAbsMax(static_cast<size_t>(pieces), 0.0f);
+  std::vector<std::string> pieceError(static_cast<size_t>(pieces));  // errors are per thread
   at::parallel_for(0, pieces, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> wide, narrow;
     if (bf16) wide.resize(size_t(pieceRows * cols)), narrow.resize(size_t(pieceRows * cols));
@@ -66,7 +69,9 @@ torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& con
         src = in.data_ptr<float>() + r0 * cols, dst = out.data_ptr<float>() + r0 * cols;
       }
       if (inputAbsMax) pieceAbsMax[size_t(p)] = fp4_tensor_amax(src, n);
-      if (fp4_fake_quantize(&config, src, n / cols, cols, amax, dst, nullptr, nullptr, nullptr) !=
+      fp4_config piece = config;
+      piece.seed_offset += uint64_t(r0 * cols);
+      if (fp4_fake_quantize(&piece, src, n / cols, cols, amax, dst, nullptr, nullptr, nullptr) !=
           FP4_OK)
         pieceError[size_t(p)] = fp4_last_error();
       if (bf16)

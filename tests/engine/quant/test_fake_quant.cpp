@@ -85,9 +85,11 @@ TEST_CASE("BF16 inputs are quantized exactly and come back in BF16", "[quant][dt
   // ragged last piece, 16x16 tiles, rows wider than a piece, a single row.
   torch::manual_seed(11);
   for (fp4_format format : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
-    for (bool twoD : {false, true}) {
+    for (int variant : {0, 1, 2}) {  // 1-D blocks, 16x16 tiles (NVFP4), stochastic rounding
+      const bool twoD = variant == 1;
       if (twoD && format == FP4_FORMAT_MXFP4) continue;
-      const fp4_config cfg = configFor(format, twoD);
+      fp4_config cfg = configFor(format, twoD);
+      if (variant == 2) cfg.rounding = FP4_ROUNDING_STOCHASTIC, cfg.seed = 99, cfg.seed_offset = 5;
       for (auto shape : {std::vector<int64_t>{8, 64},
                          {4096, 256},
                          {3, 700, 64},
@@ -100,8 +102,8 @@ TEST_CASE("BF16 inputs are quantized exactly and come back in BF16", "[quant][dt
         x.view({-1}).index_put_({0}, 1e4);  // an outlier, clipped by the amax below
         const float measured = x.to(torch::kFloat).abs().max().item<float>();
         const float amax = format == FP4_FORMAT_NVFP4 ? measured * 0.25f : -1.0f;
-        INFO("format " << format << " 2d " << twoD << " rows x cols " << x.numel() / shape.back()
-                       << " x " << shape.back());
+        INFO("format " << format << " variant " << variant << " rows x cols "
+                       << x.numel() / shape.back() << " x " << shape.back());
         const torch::Tensor expected =
             exportThenDecode(x.to(torch::kFloat), cfg, amax).to(torch::kBFloat16).view(shape);
         float inputAbsMax = -1;
@@ -119,6 +121,13 @@ TEST_CASE("BF16 inputs are quantized exactly and come back in BF16", "[quant][dt
       }
     }
   }
+  // An empty tensor: an empty result and max |x| = 0.
+  float emptyAbsMax = -1;
+  torch::Tensor empty = torch::empty({0, 64}, torch::kBFloat16);
+  CHECK(quant::fakeQuantize(empty, configFor(FP4_FORMAT_NVFP4, false), 1.0f, nullptr, nullptr,
+                            &emptyAbsMax)
+            .sizes() == empty.sizes());
+  CHECK(emptyAbsMax == 0.0f);
   // NVFP4 with the amax measured per call, and NaN/Inf: the same bits as the fp32 route.
   const fp4_config nv = configFor(FP4_FORMAT_NVFP4, false);
   torch::Tensor x = torch::randn({64, 64}).to(torch::kBFloat16);
