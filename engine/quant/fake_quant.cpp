@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "fp4lab/error.h"
+#include "fp4lab/io/dtype.h"
 #ifdef FP4LAB_HAVE_CUDA_KERNELS
 #include "fp4lab/kernels/fp4_cuda.h"
 #endif
@@ -17,15 +19,8 @@ namespace fp4lab::quant {
 
 namespace {
 
-// c10::BFloat16's conversions, written as plain loops over bits so that they vectorize: exact
-// widening, and rounding to nearest even (NaN -> the canonical 0x7FC0).
-void widenBf16(const uint16_t* in, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = uint32_t(in[i]) << 16;
-    std::memcpy(out + i, &u, sizeof u);
-  }
-}
-
+// c10::BFloat16's rounding to nearest even (NaN -> the canonical 0x7FC0), written as a plain loop
+// over bits so that it vectorizes. (Widening is io::convertToFloat32, exact.)
 void narrowToBf16(const float* in, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
@@ -55,16 +50,16 @@ torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& con
   std::vector<float> pieceAbsMax(static_cast<size_t>(pieces), 0.0f);
   std::vector<std::string> pieceError(static_cast<size_t>(pieces));  // errors are per thread
   at::parallel_for(0, pieces, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> wide, narrow;
-    if (bf16) wide.resize(size_t(pieceRows * cols)), narrow.resize(size_t(pieceRows * cols));
+    // The piece's fp32 copy, fake-quantized in place (the kernels allow y == x); not zeroed.
+    std::unique_ptr<float[]> wide(bf16 ? new float[size_t(pieceRows * cols)] : nullptr);
     for (int64_t p = begin; p < end; ++p) {
       const int64_t r0 = p * pieceRows, n = std::min(pieceRows, rows - r0) * cols;
       const float* src;
       float* dst;
       if (bf16) {
-        widenBf16(reinterpret_cast<const uint16_t*>(in.data_ptr<at::BFloat16>()) + r0 * cols,
-                  wide.data(), n);
-        src = wide.data(), dst = narrow.data();
+        io::convertToFloat32(io::DType::BF16, in.data_ptr<at::BFloat16>() + r0 * cols, size_t(n),
+                             wide.get());
+        src = dst = wide.get();
       } else {
         src = in.data_ptr<float>() + r0 * cols, dst = out.data_ptr<float>() + r0 * cols;
       }
