@@ -34,3 +34,16 @@ if(NOT DEFINED TORCH_CUDA_ARCH_LIST)
 endif()
 find_package(Torch REQUIRED)
 message(STATUS "LibTorch ${Torch_VERSION} from ${Torch_DIR}")
+
+# LibTorch's CPU parallelism is OpenMP, and at::parallel_for is a header template: code of ours
+# that calls it must be compiled with -fopenmp, or it silently runs on one thread. It must then use
+# the OpenMP runtime the wheel ships (the one libtorch_cpu loads), so that one runtime and one
+# thread pool serve LibTorch and the engine: FP4LAB_TORCH_OPENMP is that library.
+set(_fp4lab_torch_gomp "${TORCH_INSTALL_PREFIX}/lib/libgomp.so.1")
+if(EXISTS "${_fp4lab_torch_gomp}")
+  set(FP4LAB_TORCH_OPENMP "${_fp4lab_torch_gomp}")
+else()
+  find_package(OpenMP REQUIRED COMPONENTS CXX)
+  set(FP4LAB_TORCH_OPENMP OpenMP::OpenMP_CXX)
+endif()
+message(STATUS "OpenMP runtime for at::parallel_for: ${FP4LAB_TORCH_OPENMP}")
