@@ -6,6 +6,7 @@
 
 #include "fp4lab/error.h"
 #include "model/causal_lm.h"
+#include "model/fused_ops.h"
 
 namespace fp4lab::model {
 
@@ -31,9 +32,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const torch::TensorOptions& o
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  const torch::Tensor wide = x.to(accumulationType(x.scalar_type()));
-  const torch::Tensor variance = wide.pow(2).mean(-1, /*keepdim=*/true);
-  return weight * (wide * torch::rsqrt(variance + eps)).to(x.scalar_type());
+  return rmsNorm(x, weight, eps);
 }
 
 // ----- Rotary embedding --------------------------------------------------------------------
@@ -168,7 +167,7 @@ MlpImpl::MlpImpl(int64_t hidden, int64_t intermediate, bool bias,
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return downProj(torch::silu(gateProj(x)) * upProj(x));
+  return downProj(swiglu(gateProj(x), upProj(x)));
 }
 
 // ----- Sparse MoE --------------------------------------------------------------------------

@@ -1,0 +1,115 @@
+// The generic (baseline x86-64 or other architecture) variant of the fused loops, and the
+// run-time choice between it and the AVX2 and AVX-512 builds of the same source.
+#define FUSED_ISA generic
+#include "model/fused_loops.inl"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace fp4lab::model::fused {
+
+#if defined(__x86_64__)
+namespace avx512 {
+void rmsNormForward(const RmsNormArgs&, void*, float*);
+void rmsNormBackward(const RmsNormArgs&, const float*, const void*, void*, float*);
+void swigluForward(Type, const void*, const void*, void*, int64_t);
+void swigluBackward(Type, const void*, const void*, const void*, void*, void*, int64_t);
+}  // namespace avx512
+namespace avx2 {
+void rmsNormForward(const RmsNormArgs&, void*, float*);
+void rmsNormBackward(const RmsNormArgs&, const float*, const void*, void*, float*);
+void swigluForward(Type, const void*, const void*, void*, int64_t);
+void swigluBackward(Type, const void*, const void*, const void*, void*, void*, int64_t);
+}  // namespace avx2
+#endif
+
+namespace {
+
+struct Table {
+  const char* name;
+  void (*rmsNormForward)(const RmsNormArgs&, void*, float*);
+  void (*rmsNormBackward)(const RmsNormArgs&, const float*, const void*, void*, float*);
+  void (*swigluForward)(Type, const void*, const void*, void*, int64_t);
+  void (*swigluBackward)(Type, const void*, const void*, const void*, void*, void*, int64_t);
+};
+
+constexpr Table kGeneric{"generic", generic::rmsNormForward, generic::rmsNormBackward,
+                         generic::swigluForward, generic::swigluBackward};
+#if defined(__x86_64__)
+constexpr Table kAvx2{"avx2", avx2::rmsNormForward, avx2::rmsNormBackward, avx2::swigluForward,
+                      avx2::swigluBackward};
+constexpr Table kAvx512{"avx512", avx512::rmsNormForward, avx512::rmsNormBackward,
+                        avx512::swigluForward, avx512::swigluBackward};
+#endif
+
+bool runsHere(const Table* table) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (table == &kAvx512) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  }
+  if (table == &kAvx2) return __builtin_cpu_supports("avx2");
+#endif
+  return table == &kGeneric;
+}
+
+constexpr const Table* kTables[] = {
+#if defined(__x86_64__)
+    &kAvx512, &kAvx2,
+#endif
+    &kGeneric};  // best first
+
+const Table* bestTable() {
+  for (const Table* table : kTables) {
+    if (runsHere(table)) return table;
+  }
+  return &kGeneric;
+}
+
+const Table*& active() {
+  static const Table* table = bestTable();
+  return table;
+}
+
+}  // namespace
+
+const char* isaName() {
+  return active()->name;
+}
+
+void forceIsa(const char* name) {
+  if (name == nullptr) {
+    active() = bestTable();
+    return;
+  }
+  for (const Table* table : kTables) {
+    if (std::strcmp(table->name, name) != 0) continue;
+    // A variant this CPU cannot run is refused rather than dying on an illegal instruction.
+    if (!runsHere(table)) {
+      throw std::invalid_argument(std::string("fused loops: this CPU cannot run the ") + name +
+                                  " variant");
+    }
+    active() = table;
+    return;
+  }
+  throw std::invalid_argument(std::string("fused loops: no variant named '") + name +
+                              "' (generic, avx2, avx512)");
+}
+
+void rmsNormForward(const RmsNormArgs& args, void* y, float* rstd) {
+  active()->rmsNormForward(args, y, rstd);
+}
+void rmsNormBackward(const RmsNormArgs& args, const float* rstd, const void* dy, void* dx,
+                     float* dwSum) {
+  active()->rmsNormBackward(args, rstd, dy, dx, dwSum);
+}
+void swigluForward(Type type, const void* g, const void* u, void* h, int64_t n) {
+  active()->swigluForward(type, g, u, h, n);
+}
+void swigluBackward(Type type, const void* dh, const void* g, const void* u, void* dg, void* du,
+                    int64_t n) {
+  active()->swigluBackward(type, dh, g, u, dg, du, n);
+}
+
+}  // namespace fp4lab::model::fused

@@ -1,0 +1,48 @@
+// Fused elementwise loops of the decoder's training step: RMSNorm and SwiGLU, forward and
+// backward, each one pass over memory where LibTorch's composition takes five to ten. Plain C++
+// over raw rows (no LibTorch, so the file compiles fast and once per instruction set);
+// model/fused_ops.cpp wraps them as autograd functions and splits the rows over threads.
+//
+// Arithmetic: fp32 throughout, 16-bit values widened exactly and rounded once, to nearest even,
+// when stored (NaN stays NaN). Every instruction-set variant runs the same operations in the same
+// order (sums over a row use 16 fixed lanes, no FMA contraction), so the results are identical
+// bit for bit whichever one the CPU picks, and independent of the thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace fp4lab::model::fused {
+
+// The element types of the loops: IEEE fp32 and bfloat16 (its upper 16 bits).
+enum class Type { F32, BF16 };
+
+// Rows of RMSNorm: for each row r of `dim` values,
+//   rstd[r] = 1 / sqrt(sum(x^2) / dim + eps)
+//   y = w * round_x(x * rstd[r])        (round_x: to x's type, as Hugging Face casts back)
+// y's type is fp32 if x or w is fp32, else bf16 (LibTorch's promotion of the product).
+struct RmsNormArgs {
+  Type xType, wType;
+  const void* x;  // [rows, dim]
+  const void* w;  // [dim]
+  int64_t rows, dim;
+  float eps;
+};
+void rmsNormForward(const RmsNormArgs& args, void* y, float* rstd);
+
+// Gradients of the rows above given dy (y's type): dx (x's type) and, when dwSum is not null,
+// dwSum[j] += dy[r][j] * round_x(x[r][j] * rstd[r]) summed over the rows in order (fp32).
+void rmsNormBackward(const RmsNormArgs& args, const float* rstd, const void* dy, void* dx,
+                     float* dwSum);
+
+// SwiGLU over n elements of one type: h = silu(g) * u, silu(g) = g / (1 + exp(-g)).
+void swigluForward(Type type, const void* g, const void* u, void* h, int64_t n);
+// dg = dh * u * s * (1 + g * (1 - s)) with s = sigmoid(g), du = dh * silu(g).
+void swigluBackward(Type type, const void* dh, const void* g, const void* u, void* dg, void* du,
+                    int64_t n);
+
+// Which variant runs ("avx512", "avx2" or "generic"), and a switch for tests that compare them
+// (nullptr restores the automatic choice). Not thread-safe: set it before running anything.
+const char* isaName();
+void forceIsa(const char* name);
+
+}  // namespace fp4lab::model::fused

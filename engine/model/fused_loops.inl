@@ -1,0 +1,224 @@
+// The loops of fused_loops.h, compiled once per instruction set: each fused_loops_<isa>.cpp
+// defines FUSED_ISA and includes this file with its own compiler flags (see engine/CMakeLists.txt).
+// The code is written so the compiler vectorizes it (fixed 16-lane accumulators, branch-free
+// selects) and must not be built with -ffast-math or FMA contraction: every variant has to do the
+// same IEEE operations in the same order.
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "model/fused_loops.h"
+
+namespace fp4lab::model::fused::FUSED_ISA {
+namespace {
+
+using bf16 = uint16_t;
+constexpr int kLanes = 16;
+
+inline float load(const float* p, int64_t i) {
+  return p[i];
+}
+inline float load(const bf16* p, int64_t i) {
+  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+// Round to nearest even; NaN becomes the quiet NaN 0x7FC0 (as c10::BFloat16 does).
+// Integer arithmetic only, no selects, so that every instruction set vectorizes it.
+inline bf16 toBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t nanMask = 0u - static_cast<uint32_t>((bits & 0x7FFFFFFFu) > 0x7F800000u);
+  return static_cast<bf16>(rounded ^ ((rounded ^ 0x7FC0u) & nanMask));
+}
+
+inline void store(float* p, int64_t i, float value) {
+  p[i] = value;
+}
+inline void store(bf16* p, int64_t i, float value) {
+  p[i] = toBf16(value);
+}
+
+// value rounded to T, as a float: the cast Hugging Face's RMSNorm makes before the weight.
+inline float roundTo(float value, const float*) {
+  return value;
+}
+inline float roundTo(float value, const bf16*) {
+  const bf16 narrow = toBf16(value);
+  return load(&narrow, 0);
+}
+
+// exp(x), within 2 ulp of the exact value where that is a normal float, branch-free so that it
+// vectorizes. Outside that range the result saturates at about 1e-38 and 2e38 (NaN gives the
+// low end; callers keep NaN through their other operand). The clamps act on the exponent and the
+// reduced argument rather than on x, so the compiler cannot turn the saturated ends into
+// constants and duplicate the caller's division for them.
+inline float expClamped(float x) {
+  // x = k ln2 + r with |r| <= ln2 / 2; ln2 split in two so that k * ln2hi is exact.
+  float t = x * 1.44269504088896341f;
+  t = t > -125.0f ? t : -125.0f;  // false for NaN
+  t = t < 127.0f ? t : 127.0f;
+  const float k = (t + 12582912.0f) - 12582912.0f;
+  float r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  r = r > -0.36f ? r : -0.36f;
+  r = r < 0.36f ? r : 0.36f;
+  // Minimax polynomial for (exp(r) - 1 - r) / r^2 on [-ln2/2, ln2/2] (Cephes expf).
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float mantissa = p * (r * r) + r + 1.0f;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return mantissa * scale;
+}
+
+// Sum of the 16 lanes in a fixed tree order.
+inline float reduceLanes(float* acc) {
+  for (int stride = kLanes / 2; stride > 0; stride /= 2) {
+    for (int l = 0; l < stride; ++l) acc[l] += acc[l + stride];
+  }
+  return acc[0];
+}
+
+template <class X, class W, class O>
+void rmsNormForwardRows(const X* x, const W* w, O* y, float* rstd, int64_t rows, int64_t dim,
+                        float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const X* xr = x + r * dim;
+    O* yr = y + r * dim;
+    float acc[kLanes] = {};
+    int64_t j = 0;
+    for (; j + kLanes <= dim; j += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        const float v = load(xr, j + l);
+        acc[l] += v * v;
+      }
+    }
+    for (int l = 0; j < dim; ++j, ++l) {
+      const float v = load(xr, j);
+      acc[l] += v * v;
+    }
+    const float inv = 1.0f / std::sqrt(reduceLanes(acc) / static_cast<float>(dim) + eps);
+    rstd[r] = inv;
+    for (j = 0; j < dim; ++j) store(yr, j, load(w, j) * roundTo(load(xr, j) * inv, xr));
+  }
+}
+
+template <bool kWeightGrad, class X, class W, class O>
+void rmsNormBackwardRows(const X* x, const W* w, const float* rstd, const O* dy, X* dx,
+                         float* dwSum, int64_t rows, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const X* xr = x + r * dim;
+    const O* dyr = dy + r * dim;
+    X* dxr = dx + r * dim;
+    const float inv = rstd[r];
+    // dx = inv * (g - xhat * mean(g * xhat)) with g = dy * w, xhat = x * inv.
+    float acc[kLanes] = {};
+    int64_t j = 0;
+    for (; j + kLanes <= dim; j += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        const float g = load(dyr, j + l) * load(w, j + l);
+        acc[l] += g * (load(xr, j + l) * inv);
+      }
+    }
+    for (int l = 0; j < dim; ++j, ++l) {
+      const float g = load(dyr, j) * load(w, j);
+      acc[l] += g * (load(xr, j) * inv);
+    }
+    const float mean = reduceLanes(acc) / static_cast<float>(dim);
+    for (j = 0; j < dim; ++j) {
+      const float xhat = load(xr, j) * inv;
+      const float g = load(dyr, j) * load(w, j);
+      store(dxr, j, inv * (g - xhat * mean));
+      if constexpr (kWeightGrad) dwSum[j] += load(dyr, j) * roundTo(xhat, xr);
+    }
+  }
+}
+
+template <class T>
+void swigluForwardLoop(const T* g, const T* u, T* h, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gate = load(g, i);
+    store(h, i, gate / (1.0f + expClamped(-gate)) * load(u, i));
+  }
+}
+
+template <class T>
+void swigluBackwardLoop(const T* dh, const T* g, const T* u, T* dg, T* du, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gate = load(g, i);
+    const float sigmoid = 1.0f / (1.0f + expClamped(-gate));
+    const float grad = load(dh, i);
+    store(du, i, grad * (gate * sigmoid));
+    store(dg, i, grad * load(u, i) * (sigmoid * (1.0f + gate * (1.0f - sigmoid))));
+  }
+}
+
+// Calls f with typed pointers for the (x, w) type pair of args; y's type follows from them.
+template <class F>
+void withRmsTypes(const RmsNormArgs& args, F&& f) {
+  const auto xf = static_cast<const float*>(args.x);
+  const auto xb = static_cast<const bf16*>(args.x);
+  const auto wf = static_cast<const float*>(args.w);
+  const auto wb = static_cast<const bf16*>(args.w);
+  if (args.xType == Type::F32 && args.wType == Type::F32) f(xf, wf, static_cast<float*>(nullptr));
+  if (args.xType == Type::F32 && args.wType == Type::BF16) f(xf, wb, static_cast<float*>(nullptr));
+  if (args.xType == Type::BF16 && args.wType == Type::F32) f(xb, wf, static_cast<float*>(nullptr));
+  if (args.xType == Type::BF16 && args.wType == Type::BF16) f(xb, wb, static_cast<bf16*>(nullptr));
+}
+
+}  // namespace
+
+void rmsNormForward(const RmsNormArgs& args, void* y, float* rstd) {
+  withRmsTypes(args, [&](auto x, auto w, auto o) {
+    rmsNormForwardRows(x, w, static_cast<decltype(o)>(y), rstd, args.rows, args.dim, args.eps);
+  });
+}
+
+void rmsNormBackward(const RmsNormArgs& args, const float* rstd, const void* dy, void* dx,
+                     float* dwSum) {
+  withRmsTypes(args, [&](auto x, auto w, auto o) {
+    using X = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
+    using O = std::remove_pointer_t<decltype(o)>;
+    const auto dyTyped = static_cast<const O*>(dy);
+    const auto dxTyped = static_cast<X*>(dx);
+    if (dwSum) {
+      rmsNormBackwardRows<true>(x, w, rstd, dyTyped, dxTyped, dwSum, args.rows, args.dim);
+    } else {
+      rmsNormBackwardRows<false>(x, w, rstd, dyTyped, dxTyped, dwSum, args.rows, args.dim);
+    }
+  });
+}
+
+void swigluForward(Type type, const void* g, const void* u, void* h, int64_t n) {
+  if (type == Type::F32) {
+    swigluForwardLoop(static_cast<const float*>(g), static_cast<const float*>(u),
+                      static_cast<float*>(h), n);
+  } else {
+    swigluForwardLoop(static_cast<const bf16*>(g), static_cast<const bf16*>(u),
+                      static_cast<bf16*>(h), n);
+  }
+}
+
+void swigluBackward(Type type, const void* dh, const void* g, const void* u, void* dg, void* du,
+                    int64_t n) {
+  if (type == Type::F32) {
+    swigluBackwardLoop(static_cast<const float*>(dh), static_cast<const float*>(g),
+                       static_cast<const float*>(u), static_cast<float*>(dg),
+                       static_cast<float*>(du), n);
+  } else {
+    swigluBackwardLoop(static_cast<const bf16*>(dh), static_cast<const bf16*>(g),
+                       static_cast<const bf16*>(u), static_cast<bf16*>(dg), static_cast<bf16*>(du),
+                       n);
+  }
+}
+
+}  // namespace fp4lab::model::fused::FUSED_ISA

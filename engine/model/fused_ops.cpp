@@ -1,0 +1,166 @@
+#include "model/fused_ops.h"
+
+#include <ATen/Parallel.h>
+
+#include <optional>
+
+#include "model/fused_loops.h"
+#include "model/layers.h"
+
+namespace fp4lab::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Rows per task, and per partial sum of the weight gradient: fixed, so that the sums do not
+// depend on the number of threads.
+constexpr int64_t kRowsPerBlock = 64;
+// Elements per task of the elementwise SwiGLU loops.
+constexpr int64_t kSwigluGrain = 16384;
+
+std::optional<fused::Type> loopType(const torch::Tensor& t) {
+  if (!t.device().is_cpu() || t.layout() != torch::kStrided) return std::nullopt;
+  if (t.scalar_type() == torch::kFloat) return fused::Type::F32;
+  if (t.scalar_type() == torch::kBFloat16) return fused::Type::BF16;
+  return std::nullopt;
+}
+
+char* bytes(const torch::Tensor& t) {
+  return static_cast<char*>(t.data_ptr());
+}
+
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, double eps) {
+    const torch::Tensor input = x.contiguous();
+    const torch::Tensor w = weight.contiguous();
+    const fused::RmsNormArgs args = argsFor(input, w, eps);
+    const torch::ScalarType outType =
+        (args.xType == fused::Type::F32 || args.wType == fused::Type::F32) ? torch::kFloat
+                                                                           : torch::kBFloat16;
+    torch::Tensor y = torch::empty(input.sizes(), input.options().dtype(outType));
+    torch::Tensor rstd = torch::empty({args.rows}, input.options().dtype(torch::kFloat));
+    const int64_t xRow = args.dim * input.element_size(), yRow = args.dim * y.element_size();
+    at::parallel_for(0, args.rows, kRowsPerBlock, [&](int64_t begin, int64_t end) {
+      fused::RmsNormArgs part = args;
+      part.x = bytes(input) + begin * xRow;
+      part.rows = end - begin;
+      fused::rmsNormForward(part, bytes(y) + begin * yRow, rstd.data_ptr<float>() + begin);
+    });
+    ctx->save_for_backward({input, w, rstd});
+    ctx->saved_data["eps"] = eps;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &input = saved[0], &w = saved[1], &rstd = saved[2];
+    const fused::RmsNormArgs args = argsFor(input, w, ctx->saved_data["eps"].toDouble());
+    const torch::ScalarType outType =
+        (args.xType == fused::Type::F32 || args.wType == fused::Type::F32) ? torch::kFloat
+                                                                           : torch::kBFloat16;
+    const torch::Tensor dy = grads[0].to(outType).contiguous();
+    torch::Tensor dx = torch::empty_like(input);
+    const bool weightGrad = ctx->needs_input_grad(1);
+    const int64_t blocks = (args.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+    torch::Tensor partial;
+    if (weightGrad) partial = torch::zeros({blocks, args.dim}, rstd.options());
+    const int64_t xRow = args.dim * input.element_size(), yRow = args.dim * dy.element_size();
+    at::parallel_for(0, blocks, 1, [&](int64_t blockBegin, int64_t blockEnd) {
+      for (int64_t block = blockBegin; block < blockEnd; ++block) {
+        const int64_t begin = block * kRowsPerBlock;
+        fused::RmsNormArgs part = args;
+        part.x = bytes(input) + begin * xRow;
+        part.rows = std::min(kRowsPerBlock, args.rows - begin);
+        fused::rmsNormBackward(part, rstd.data_ptr<float>() + begin, bytes(dy) + begin * yRow,
+                               bytes(dx) + begin * xRow,
+                               weightGrad ? partial.data_ptr<float>() + block * args.dim : nullptr);
+      }
+    });
+    torch::Tensor dw;
+    if (weightGrad) {
+      // The blocks' partial sums added in block order.
+      dw = torch::zeros({args.dim}, rstd.options());
+      float* total = dw.data_ptr<float>();
+      const float* parts = partial.data_ptr<float>();
+      for (int64_t block = 0; block < blocks; ++block) {
+        for (int64_t j = 0; j < args.dim; ++j) total[j] += parts[block * args.dim + j];
+      }
+      dw = dw.to(w.scalar_type());
+    }
+    return {dx, dw, torch::Tensor()};
+  }
+
+ private:
+  static fused::RmsNormArgs argsFor(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+    fused::RmsNormArgs args{};
+    args.xType = *loopType(x);
+    args.wType = *loopType(w);
+    args.x = x.data_ptr();
+    args.w = w.data_ptr();
+    args.dim = x.size(-1);
+    args.rows = x.numel() / args.dim;
+    args.eps = static_cast<float>(eps);
+    return args;
+  }
+};
+
+class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate,
+                               const torch::Tensor& up) {
+    const torch::Tensor g = gate.contiguous(), u = up.contiguous();
+    torch::Tensor h = torch::empty_like(g);
+    const fused::Type type = *loopType(g);
+    const int64_t size = g.element_size();
+    at::parallel_for(0, g.numel(), kSwigluGrain, [&](int64_t begin, int64_t end) {
+      fused::swigluForward(type, bytes(g) + begin * size, bytes(u) + begin * size,
+                           bytes(h) + begin * size, end - begin);
+    });
+    ctx->save_for_backward({g, u});
+    return h;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &g = saved[0], &u = saved[1];
+    const torch::Tensor dh = grads[0].to(g.scalar_type()).contiguous();
+    torch::Tensor dg = torch::empty_like(g), du = torch::empty_like(u);
+    const fused::Type type = *loopType(g);
+    const int64_t size = g.element_size();
+    at::parallel_for(0, g.numel(), kSwigluGrain, [&](int64_t begin, int64_t end) {
+      const int64_t at = begin * size;
+      fused::swigluBackward(type, bytes(dh) + at, bytes(g) + at, bytes(u) + at, bytes(dg) + at,
+                            bytes(du) + at, end - begin);
+    });
+    return {dg, du};
+  }
+};
+
+}  // namespace
+
+torch::Tensor rmsNormComposed(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  const torch::Tensor wide = x.to(accumulationType(x.scalar_type()));
+  const torch::Tensor variance = wide.pow(2).mean(-1, /*keepdim=*/true);
+  return weight * (wide * torch::rsqrt(variance + eps)).to(x.scalar_type());
+}
+
+torch::Tensor swigluComposed(const torch::Tensor& gate, const torch::Tensor& up) {
+  return torch::silu(gate) * up;
+}
+
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  const bool fusable = loopType(x) && loopType(weight) && x.dim() >= 1 && x.numel() > 0 &&
+                       weight.dim() == 1 && weight.size(0) == x.size(-1);
+  return fusable ? RmsNormFunction::apply(x, weight, eps) : rmsNormComposed(x, weight, eps);
+}
+
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  const bool fusable = loopType(gate) && gate.scalar_type() == up.scalar_type() &&
+                       up.device() == gate.device() && gate.sizes() == up.sizes();
+  return fusable ? SwigluFunction::apply(gate, up) : swigluComposed(gate, up);
+}
+
+}  // namespace fp4lab::model

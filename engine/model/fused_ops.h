@@ -1,0 +1,21 @@
+// RMSNorm and SwiGLU as single autograd operations: on CPU, fp32 and bf16 tensors go through the
+// fused loops of fused_loops.h (one pass forward, one backward, bit-identical at any thread
+// count); other devices and types compute the same formulas as a composition of LibTorch ops.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace fp4lab::model {
+
+// Hugging Face's LlamaRMSNorm: weight * (x * rsqrt(mean(x^2) + eps)).to(x.dtype), the
+// normalization computed in fp32 for 16-bit x, over the last dimension.
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// The SwiGLU product silu(gate) * up, of two tensors of one shape and type.
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+
+// The compositions of LibTorch ops that rmsNorm and swiglu fall back to (and are tested against).
+torch::Tensor rmsNormComposed(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+torch::Tensor swigluComposed(const torch::Tensor& gate, const torch::Tensor& up);
+
+}  // namespace fp4lab::model

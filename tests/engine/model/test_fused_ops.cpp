@@ -1,0 +1,246 @@
+// The fused RMSNorm and SwiGLU (model/fused_ops.h) against fp64 references computed from the same
+// inputs, forward and backward, on fresh random data of many shapes, magnitudes and types; the
+// instruction-set variants against each other bit for bit; results independent of the thread
+// count; NaN propagation.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "model/fused_loops.h"
+#include "model/fused_ops.h"
+
+using namespace fp4lab::model;
+
+namespace {
+
+torch::Tensor randn(std::vector<int64_t> shape, double scale, uint64_t seed) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn(shape, generator, torch::TensorOptions(torch::kDouble)) * scale;
+}
+
+// ||a - b|| / ||b|| in fp64.
+double relativeError(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor wide = b.to(torch::kDouble);
+  const double norm = wide.norm().item<double>();
+  const double diff = (a.to(torch::kDouble) - wide).norm().item<double>();
+  return norm == 0 ? diff : diff / norm;
+}
+
+// Largest elementwise |a - b| / (|b| + floor), in fp64; floor is a number or a tensor (the size of
+// the terms a result is computed from, where it cancels to near zero).
+template <class Floor>
+double maxRelative(const torch::Tensor& a, const torch::Tensor& b, const Floor& floor) {
+  const torch::Tensor wide = b.to(torch::kDouble);
+  return ((a.to(torch::kDouble) - wide).abs() / (wide.abs() + floor)).max().template item<double>();
+}
+
+bool bitEqual(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&
+         torch::equal(a.view(torch::kByte), b.view(torch::kByte));
+}
+
+struct RmsCase {
+  int64_t rows, dim;
+  double scale;
+};
+
+const std::vector<RmsCase> kRmsCases = {{1, 1, 1.0},     {3, 7, 1.0},     {64, 16, 2.0},
+                                        {65, 33, 0.5},   {200, 256, 1.0}, {17, 1000, 30.0},
+                                        {130, 64, 1e-3},  // mean square near eps: eps matters
+                                        {5, 4096, 1.0},  {129, 48, 1e4}};
+
+std::string describe(const RmsCase& c, torch::ScalarType x, torch::ScalarType w) {
+  return std::to_string(c.rows) + "x" + std::to_string(c.dim) + " scale " +
+         std::to_string(c.scale) + " x " + std::string(c10::toString(x)) + " w " +
+         std::string(c10::toString(w));
+}
+
+}  // namespace
+
+TEST_CASE("fused RMSNorm matches the fp64 formula, forward and backward", "[model][fused]") {
+  const double eps = 1e-6;
+  uint64_t seed = 100;
+  for (const RmsCase& c : kRmsCases) {
+    for (const torch::ScalarType xType : {torch::kFloat, torch::kBFloat16}) {
+      for (const torch::ScalarType wType : {torch::kFloat, torch::kBFloat16}) {
+        INFO(describe(c, xType, wType));
+        const torch::Tensor x = randn({c.rows, c.dim}, c.scale, ++seed).to(xType);
+        const torch::Tensor w = (1 + 0.3 * randn({c.dim}, 1.0, ++seed)).to(wType);
+        const torch::Tensor xLeaf = x.clone().requires_grad_(true);
+        const torch::Tensor wLeaf = w.clone().requires_grad_(true);
+        const torch::Tensor y = rmsNorm(xLeaf, wLeaf, eps);
+        const bool wide = xType == torch::kFloat || wType == torch::kFloat;
+        CHECK(y.scalar_type() == (wide ? torch::kFloat : torch::kBFloat16));
+
+        // The reference: the same inputs in fp64, with Hugging Face's cast of the normalized
+        // value to x's type before the weight (modelled by rounding it there).
+        const torch::Tensor x64 = x.to(torch::kDouble).requires_grad_(true);
+        const torch::Tensor w64 = w.to(torch::kDouble).requires_grad_(true);
+        const torch::Tensor rstd = torch::rsqrt(x64.pow(2).mean(-1, true) + eps);
+        torch::Tensor normalized = x64 * rstd;
+        if (xType == torch::kBFloat16) {
+          // Rounding has no gradient of its own: the straight-through form keeps autograd's
+          // derivative of the unrounded product, as LibTorch's ToCopyBackward does.
+          normalized = normalized + (normalized.to(xType).to(torch::kDouble) - normalized).detach();
+        }
+        const torch::Tensor reference = w64 * normalized;
+        // fp32 output: a few ulp; bf16 output: one rounding of the bf16 product, so one ulp, plus
+        // the rare input whose fp32 normalized value lands across a bf16 rounding boundary.
+        CHECK(maxRelative(y, reference.detach(), 1e-30) < (wide ? 3e-6 : 8e-3));
+        CHECK(relativeError(y, reference.detach()) < (wide ? 1e-6 : 4e-3));
+
+        const torch::Tensor dy = randn({c.rows, c.dim}, 1.0, ++seed);
+        (y.to(torch::kDouble) * dy).sum().backward();
+        (reference * dy).sum().backward();
+        CHECK(xLeaf.grad().scalar_type() == xType);
+        CHECK(wLeaf.grad().scalar_type() == wType);
+        // dy is rounded to y's type before the fused backward sees it, and dx = rstd * (g - xhat *
+        // mean(g * xhat)) cancels (to zero when dim is 1): measure its error against the size of
+        // the terms, rstd * dy * w.
+        const double dyRounding = wide ? 1e-6 : 8e-3;
+        const double xTolerance = xType == torch::kFloat ? 4e-5 + dyRounding : 1.5e-2;
+        const double terms = (rstd * dy * w64).detach().norm().item<double>();
+        CHECK((xLeaf.grad().to(torch::kDouble) - x64.grad()).norm().item<double>() / terms <
+              xTolerance);
+        CHECK(relativeError(wLeaf.grad(), w64.grad()) <
+              (wType == torch::kFloat ? 1e-5 + dyRounding : 1e-2));
+      }
+    }
+  }
+}
+
+TEST_CASE("fused RMSNorm keeps the shape, and a frozen weight gets no gradient", "[model][fused]") {
+  const torch::Tensor x = randn({2, 3, 5, 32}, 1.0, 7).to(torch::kFloat).requires_grad_(true);
+  const torch::Tensor w = torch::ones({32});
+  const torch::Tensor y = rmsNorm(x, w, 1e-5);
+  CHECK(y.sizes() == x.sizes());
+  y.sum().backward();
+  CHECK(x.grad().sizes() == x.sizes());
+  CHECK_FALSE(w.grad().defined());
+  // A non-contiguous input gives the values of its contiguous copy.
+  const torch::Tensor base = randn({8, 64}, 1.0, 8).to(torch::kFloat);
+  CHECK(bitEqual(rmsNorm(base.t(), torch::ones({8}), 1e-5),
+                 rmsNorm(base.t().contiguous(), torch::ones({8}), 1e-5)));
+}
+
+TEST_CASE("fused SwiGLU matches silu(g) * u in fp64, forward and backward", "[model][fused]") {
+  uint64_t seed = 500;
+  for (const int64_t n : {1, 15, 16, 17, 1000, 65537}) {
+    for (const double scale : {0.01, 1.0, 8.0, 30.0}) {
+      for (const torch::ScalarType type : {torch::kFloat, torch::kBFloat16}) {
+        INFO(n << " elements, scale " << scale << ", " << c10::toString(type));
+        const torch::Tensor g = randn({n}, scale, ++seed).clamp(-80, 80).to(type);
+        const torch::Tensor u = randn({n}, 1.0, ++seed).to(type);
+        const torch::Tensor gLeaf = g.clone().requires_grad_(true);
+        const torch::Tensor uLeaf = u.clone().requires_grad_(true);
+        const torch::Tensor h = swiglu(gLeaf, uLeaf);
+        CHECK(h.scalar_type() == type);
+        const torch::Tensor g64 = g.to(torch::kDouble).requires_grad_(true);
+        const torch::Tensor u64 = u.to(torch::kDouble).requires_grad_(true);
+        const torch::Tensor reference = g64 * torch::sigmoid(g64) * u64;
+        // fp32: computed in fp32 with a 2-ulp exp; bf16: rounded once, so within one ulp.
+        const double tolerance = type == torch::kFloat ? 2e-6 : 7.9e-3;
+        CHECK(maxRelative(h, reference.detach(), 1e-37) < tolerance);
+
+        const torch::Tensor dh = randn({n}, 1.0, ++seed).to(type);
+        h.backward(dh);
+        reference.backward(dh.to(torch::kDouble));
+        CHECK(gLeaf.grad().scalar_type() == type);
+        // dg = dh * u * s * (1 + g * (1 - s)) cancels to zero near g = -1.28: measure it against
+        // the size of dh * u.
+        const torch::Tensor terms = (dh * u).to(torch::kDouble).abs() + 1e-37;
+        CHECK(maxRelative(gLeaf.grad(), g64.grad(), terms) < (type == torch::kFloat ? 5e-6 : 8e-3));
+        CHECK(maxRelative(uLeaf.grad(), u64.grad(), 1e-37) < tolerance);
+      }
+    }
+  }
+}
+
+TEST_CASE("fused SwiGLU and RMSNorm propagate NaN", "[model][fused]") {
+  for (const torch::ScalarType type : {torch::kFloat, torch::kBFloat16}) {
+    const torch::Tensor g = torch::tensor({1.0f, NAN, -2.0f, 0.0f}).to(type);
+    const torch::Tensor u = torch::tensor({1.0f, 1.0f, NAN, 3.0f}).to(type);
+    const torch::Tensor h = swiglu(g, u).to(torch::kFloat);
+    CHECK_FALSE(std::isnan(h[0].item<float>()));
+    CHECK(std::isnan(h[1].item<float>()));
+    CHECK(std::isnan(h[2].item<float>()));
+    CHECK(h[3].item<float>() == 0.0f);
+
+    torch::Tensor x = torch::ones({3, 20}).to(type);
+    x[1][4] = NAN;
+    const torch::Tensor y = rmsNorm(x, torch::ones({20}), 1e-6);
+    CHECK(y[0].isnan().sum().item<int64_t>() == 0);
+    CHECK(y[1].isnan().all().item<bool>());  // the row's norm is NaN
+    CHECK(y[2].isnan().sum().item<int64_t>() == 0);
+  }
+}
+
+TEST_CASE("fused loops: every instruction-set variant gives the same bits", "[model][fused]") {
+  const char* automatic = fused::isaName();
+  std::vector<std::string> variants;
+  for (const char* name : {"generic", "avx2", "avx512"}) {
+    try {
+      fused::forceIsa(name);
+      variants.push_back(name);
+    } catch (const std::invalid_argument&) {
+      WARN("this CPU cannot run the " << name << " variant; not compared");
+    }
+  }
+  fused::forceIsa(nullptr);
+  CHECK(std::string(fused::isaName()) == automatic);
+  CHECK_THROWS_AS(fused::forceIsa("sse9"), std::invalid_argument);
+  REQUIRE(variants.size() >= 1);
+
+  // Everything the variants compute, on shapes with ragged 16-lane tails.
+  auto run = [](uint64_t seed) {
+    std::vector<torch::Tensor> out;
+    for (const torch::ScalarType type : {torch::kFloat, torch::kBFloat16}) {
+      const torch::Tensor x = randn({37, 203}, 2.0, seed).to(type).requires_grad_(true);
+      const torch::Tensor w =
+          (1 + randn({203}, 0.3, seed + 1)).to(torch::kFloat).requires_grad_(true);
+      const torch::Tensor g = randn({37, 203}, 4.0, seed + 2).to(type).requires_grad_(true);
+      const torch::Tensor u = randn({37, 203}, 1.0, seed + 3).to(type).requires_grad_(true);
+      const torch::Tensor y = rmsNorm(x, w, 1e-6);
+      const torch::Tensor h = swiglu(g, u);
+      (y * randn({37, 203}, 1.0, seed + 4).to(y.scalar_type())).sum().backward();
+      (h.to(torch::kFloat) * randn({37, 203}, 1.0, seed + 5).to(torch::kFloat)).sum().backward();
+      out.insert(out.end(), {y.detach(), h.detach(), x.grad(), w.grad(), g.grad(), u.grad()});
+    }
+    return out;
+  };
+  fused::forceIsa("generic");
+  const std::vector<torch::Tensor> expected = run(900);
+  for (const std::string& name : variants) {
+    INFO("variant " << name);
+    fused::forceIsa(name.c_str());
+    const std::vector<torch::Tensor> got = run(900);
+    for (size_t i = 0; i < got.size(); ++i) CHECK(bitEqual(got[i], expected[i]));
+  }
+  fused::forceIsa(nullptr);
+}
+
+TEST_CASE("fused RMSNorm and SwiGLU give the same bits at any thread count", "[model][fused]") {
+  auto run = [](int threads) {
+    torch::set_num_threads(threads);
+    const torch::Tensor x = randn({16, 256, 256}, 1.0, 1).to(torch::kFloat).requires_grad_(true);
+    const torch::Tensor w = (1 + randn({256}, 0.3, 2)).to(torch::kFloat).requires_grad_(true);
+    const torch::Tensor g = randn({16, 256, 704}, 2.0, 3).to(torch::kBFloat16).requires_grad_(true);
+    const torch::Tensor u = randn({16, 256, 704}, 1.0, 4).to(torch::kBFloat16).requires_grad_(true);
+    const torch::Tensor y = rmsNorm(x, w, 1e-6);
+    const torch::Tensor h = swiglu(g, u);
+    (y * randn({16, 256, 256}, 1.0, 5).to(torch::kFloat)).sum().backward();
+    h.backward(randn({16, 256, 704}, 1.0, 6).to(torch::kBFloat16));
+    torch::set_num_threads(1);
+    return std::vector<torch::Tensor>{y.detach(), h.detach(), x.grad(),
+                                      w.grad(),   g.grad(),   u.grad()};
+  };
+  const std::vector<torch::Tensor> one = run(1);
+  for (const int threads : {2, 3}) {
+    INFO(threads << " threads");
+    const std::vector<torch::Tensor> many = run(threads);
+    for (size_t i = 0; i < one.size(); ++i) CHECK(bitEqual(many[i], one[i]));
+  }
+}
