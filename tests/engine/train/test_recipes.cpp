@@ -126,14 +126,17 @@ TEST_CASE("QAD pulls the quantized student towards its teacher", "[recipes][qad]
     INFO("data " << data);
     run::RunOptions qad;
     qad.runDir = (tmp.path / (std::string("qad-") + (data[0] == 'b' ? "sft" : "random"))).string();
+    // 40 steps at 3e-5: at 20 steps and 1e-4 the gain over PTQ was within what last-bit changes
+    // to the forward move it by (the fused RMSNorm took it from 13% below PTQ's KL to 23% above);
+    // here QAD ends 17-23% below PTQ with either.
     run::executeRun(
-        config("qad", "nvfp4", 20,
-               {"model.path=" + teacher, "recipe.teacher=" + teacher, "optim.lr=1e-4",
+        config("qad", "nvfp4", 40,
+               {"model.path=" + teacher, "recipe.teacher=" + teacher, "optim.lr=3e-5",
                 "train.batch_size=8", "data.seq_len=128", std::string("data.train=") + data,
                 "data.validation=builtin:tasks-val"}),
         qad);
     const auto rows = evals(qad.runDir);
-    REQUIRE(rows.size() == 4);
+    REQUIRE(rows.size() == 8);
     log::RunLogReader log(qad.runDir + "/log.h5");
     REQUIRE(log.schema().evalColumns[2] == "val_kl");  // the teacher is the default reference
     const double qadKl = rows.back().values[2];
