@@ -244,3 +244,18 @@ TEST_CASE("fused RMSNorm and SwiGLU give the same bits at any thread count", "[m
     for (size_t i = 0; i < one.size(); ++i) CHECK(bitEqual(many[i], one[i]));
   }
 }
+
+TEST_CASE("fused RMSNorm rounds to bf16 as LibTorch does, ties to even", "[model][fused]") {
+  // With bf16 x and w, y = round(w * round(x * rstd)). Weight 1 gives the inner bf16 value itself;
+  // weight 1.5 then makes products with one bit more than bf16 holds, half of them exact ties,
+  // which LibTorch's bf16 multiply rounds to even.
+  const torch::Tensor x = randn({64, 96}, 1.0, 4242).to(torch::kBFloat16);
+  const torch::Tensor normalized = rmsNorm(x, torch::ones({96}, torch::kBFloat16), 1e-6);
+  const torch::Tensor w = torch::full({96}, 1.5, torch::kBFloat16);
+  const torch::Tensor expected = normalized * w;
+  CHECK(bitEqual(rmsNorm(x, w, 1e-6), expected));
+  // The test exercises ties: some products are exactly halfway between two bf16 values.
+  const torch::Tensor exact = normalized.to(torch::kFloat) * 1.5;
+  const torch::Tensor lowBits = exact.view(torch::kInt) & 0xFFFF;
+  CHECK((lowBits == 0x8000).sum().item<int64_t>() > 100);
+}
