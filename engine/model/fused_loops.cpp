@@ -15,12 +15,16 @@ void rmsNormForward(const RmsNormArgs&, void*, float*);
 void rmsNormBackward(const RmsNormArgs&, const float*, const void*, void*, float*);
 void swigluForward(Type, const void*, const void*, void*, int64_t);
 void swigluBackward(Type, const void*, const void*, const void*, void*, void*, int64_t);
+void ropeForward(const RopeArgs&, const void*, void*);
+void ropeBackward(const RopeArgs&, const void*, void*);
 }  // namespace avx512
 namespace avx2 {
 void rmsNormForward(const RmsNormArgs&, void*, float*);
 void rmsNormBackward(const RmsNormArgs&, const float*, const void*, void*, float*);
 void swigluForward(Type, const void*, const void*, void*, int64_t);
 void swigluBackward(Type, const void*, const void*, const void*, void*, void*, int64_t);
+void ropeForward(const RopeArgs&, const void*, void*);
+void ropeBackward(const RopeArgs&, const void*, void*);
 }  // namespace avx2
 #endif
 
@@ -32,15 +36,32 @@ struct Table {
   void (*rmsNormBackward)(const RmsNormArgs&, const float*, const void*, void*, float*);
   void (*swigluForward)(Type, const void*, const void*, void*, int64_t);
   void (*swigluBackward)(Type, const void*, const void*, const void*, void*, void*, int64_t);
+  void (*ropeForward)(const RopeArgs&, const void*, void*);
+  void (*ropeBackward)(const RopeArgs&, const void*, void*);
 };
 
-constexpr Table kGeneric{"generic", generic::rmsNormForward, generic::rmsNormBackward,
-                         generic::swigluForward, generic::swigluBackward};
+constexpr Table kGeneric{"generic",
+                         generic::rmsNormForward,
+                         generic::rmsNormBackward,
+                         generic::swigluForward,
+                         generic::swigluBackward,
+                         generic::ropeForward,
+                         generic::ropeBackward};
 #if defined(__x86_64__)
-constexpr Table kAvx2{"avx2", avx2::rmsNormForward, avx2::rmsNormBackward, avx2::swigluForward,
-                      avx2::swigluBackward};
-constexpr Table kAvx512{"avx512", avx512::rmsNormForward, avx512::rmsNormBackward,
-                        avx512::swigluForward, avx512::swigluBackward};
+constexpr Table kAvx2{"avx2",
+                      avx2::rmsNormForward,
+                      avx2::rmsNormBackward,
+                      avx2::swigluForward,
+                      avx2::swigluBackward,
+                      avx2::ropeForward,
+                      avx2::ropeBackward};
+constexpr Table kAvx512{"avx512",
+                        avx512::rmsNormForward,
+                        avx512::rmsNormBackward,
+                        avx512::swigluForward,
+                        avx512::swigluBackward,
+                        avx512::ropeForward,
+                        avx512::ropeBackward};
 #endif
 
 bool runsHere(const Table* table) {
@@ -110,6 +131,12 @@ void swigluForward(Type type, const void* g, const void* u, void* h, int64_t n) 
 void swigluBackward(Type type, const void* dh, const void* g, const void* u, void* dg, void* du,
                     int64_t n) {
   active()->swigluBackward(type, dh, g, u, dg, du, n);
+}
+void ropeForward(const RopeArgs& args, const void* x, void* y) {
+  active()->ropeForward(args, x, y);
+}
+void ropeBackward(const RopeArgs& args, const void* dy, void* dx) {
+  active()->ropeBackward(args, dy, dx);
 }
 
 }  // namespace fp4lab::model::fused

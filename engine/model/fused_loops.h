@@ -40,6 +40,22 @@ void swigluForward(Type type, const void* g, const void* u, void* h, int64_t n);
 void swigluBackward(Type type, const void* dh, const void* g, const void* u, void* dg, void* du,
                     int64_t n);
 
+// Rotary position embedding in Hugging Face's rotate_half form, over `rows` = batch * seqLen rows
+// of `heads` heads of `dim` values (x is [batch, seqLen, heads, dim], contiguous), with cos and
+// sin [seqLen, dim] in fp32. For j < dim / 2, x1 = x[j], x2 = x[j + dim / 2]:
+//   y[j] = x1 * cos[j] - x2 * sin[j],   y[j + dim/2] = x2 * cos[j + dim/2] + x1 * sin[j + dim/2]
+// each product and the sum rounded to fp32 as LibTorch's x * cos + rotate_half(x) * sin does, then
+// stored in y's type. `firstRow` is the index of rows[0] (its position is firstRow % seqLen).
+struct RopeArgs {
+  Type xType, yType;
+  const float* cos;
+  const float* sin;
+  int64_t firstRow, rows, seqLen, heads, dim;
+};
+void ropeForward(const RopeArgs& args, const void* x, void* y);
+// dx (x's type) from dy (y's type): the transposed rotation, products and sum in fp32.
+void ropeBackward(const RopeArgs& args, const void* dy, void* dx);
+
 // Which variant runs ("avx512", "avx2" or "generic"), and a switch for tests that compare them
 // (nullptr restores the automatic choice). Not thread-safe: set it before running anything.
 const char* isaName();

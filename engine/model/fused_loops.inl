@@ -162,6 +162,54 @@ void swigluBackwardLoop(const T* dh, const T* g, const T* u, T* dg, T* du, int64
   }
 }
 
+template <class X, class Y>
+void ropeForwardRows(const RopeArgs& a, const X* x, Y* y) {
+  const int64_t half = a.dim / 2;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const int64_t position = (a.firstRow + r) % a.seqLen;
+    const float* c = a.cos + position * a.dim;
+    const float* s = a.sin + position * a.dim;
+    for (int64_t h = 0; h < a.heads; ++h) {
+      const X* xr = x + (r * a.heads + h) * a.dim;
+      Y* yr = y + (r * a.heads + h) * a.dim;
+      for (int64_t j = 0; j < half; ++j) {
+        const float x1 = load(xr, j), x2 = load(xr, j + half);
+        store(yr, j, x1 * c[j] - x2 * s[j]);
+        store(yr, j + half, x2 * c[j + half] + x1 * s[j + half]);
+      }
+    }
+  }
+}
+
+template <class X, class Y>
+void ropeBackwardRows(const RopeArgs& a, const Y* dy, X* dx) {
+  const int64_t half = a.dim / 2;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const int64_t position = (a.firstRow + r) % a.seqLen;
+    const float* c = a.cos + position * a.dim;
+    const float* s = a.sin + position * a.dim;
+    for (int64_t h = 0; h < a.heads; ++h) {
+      const Y* gr = dy + (r * a.heads + h) * a.dim;
+      X* dr = dx + (r * a.heads + h) * a.dim;
+      for (int64_t j = 0; j < half; ++j) {
+        const float g1 = load(gr, j), g2 = load(gr, j + half);
+        store(dr, j, g1 * c[j] + g2 * s[j + half]);
+        store(dr, j + half, g2 * c[j + half] - g1 * s[j]);
+      }
+    }
+  }
+}
+
+// Calls f with typed (x, y) pointers for args' type pair.
+template <class F>
+void withRopeTypes(const RopeArgs& a, const void* x, const void* y, F&& f) {
+  const bool xf = a.xType == Type::F32, yf = a.yType == Type::F32;
+  if (xf && yf) f(static_cast<const float*>(x), static_cast<const float*>(y));
+  if (xf && !yf) f(static_cast<const float*>(x), static_cast<const bf16*>(y));
+  if (!xf && yf) f(static_cast<const bf16*>(x), static_cast<const float*>(y));
+  if (!xf && !yf) f(static_cast<const bf16*>(x), static_cast<const bf16*>(y));
+}
+
 // Calls f with typed pointers for the (x, w) type pair of args; y's type follows from them.
 template <class F>
 void withRmsTypes(const RmsNormArgs& args, F&& f) {
@@ -195,6 +243,20 @@ void rmsNormBackward(const RmsNormArgs& args, const float* rstd, const void* dy,
     } else {
       rmsNormBackwardRows<false>(x, w, rstd, dyTyped, dxTyped, dwSum, args.rows, args.dim);
     }
+  });
+}
+
+void ropeForward(const RopeArgs& args, const void* x, void* y) {
+  withRopeTypes(args, x, y, [&](auto xTyped, auto yTyped) {
+    using Y = std::remove_const_t<std::remove_pointer_t<decltype(yTyped)>>;
+    ropeForwardRows(args, xTyped, const_cast<Y*>(yTyped));
+  });
+}
+
+void ropeBackward(const RopeArgs& args, const void* dy, void* dx) {
+  withRopeTypes(args, dx, dy, [&](auto dxTyped, auto dyTyped) {
+    using X = std::remove_const_t<std::remove_pointer_t<decltype(dxTyped)>>;
+    ropeBackwardRows(args, dyTyped, const_cast<X*>(dxTyped));
   });
 }
 

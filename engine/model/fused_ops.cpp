@@ -139,6 +139,63 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   }
 };
 
+class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& cos, const torch::Tensor& sin,
+                               torch::ScalarType outType) {
+    const torch::Tensor input = x.contiguous();
+    const torch::Tensor c = cos.contiguous(), s = sin.contiguous();
+    torch::Tensor y = torch::empty(input.sizes(), input.options().dtype(outType));
+    const fused::RopeArgs args = argsFor(input, c, s, outType);
+    const int64_t xRow = args.heads * args.dim * input.element_size();
+    const int64_t yRow = args.heads * args.dim * y.element_size();
+    at::parallel_for(0, args.rows, kRowsPerBlock, [&](int64_t begin, int64_t end) {
+      fused::RopeArgs part = args;
+      part.firstRow = begin;
+      part.rows = end - begin;
+      fused::ropeForward(part, bytes(input) + begin * xRow, bytes(y) + begin * yRow);
+    });
+    ctx->save_for_backward({c, s});
+    ctx->saved_data["x_type"] = static_cast<int64_t>(input.scalar_type());
+    ctx->saved_data["x_sizes"] = input.sizes().vec();
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const auto xType = static_cast<torch::ScalarType>(ctx->saved_data["x_type"].toInt());
+    const std::vector<int64_t> sizes = ctx->saved_data["x_sizes"].toIntVector();
+    const torch::Tensor dy = grads[0].contiguous();
+    torch::Tensor dx = torch::empty(sizes, dy.options().dtype(xType));
+    const fused::RopeArgs args = argsFor(dx, saved[0], saved[1], dy.scalar_type());
+    const int64_t xRow = args.heads * args.dim * dx.element_size();
+    const int64_t yRow = args.heads * args.dim * dy.element_size();
+    at::parallel_for(0, args.rows, kRowsPerBlock, [&](int64_t begin, int64_t end) {
+      fused::RopeArgs part = args;
+      part.firstRow = begin;
+      part.rows = end - begin;
+      fused::ropeBackward(part, bytes(dy) + begin * yRow, bytes(dx) + begin * xRow);
+    });
+    return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  static fused::RopeArgs argsFor(const torch::Tensor& x, const torch::Tensor& cos,
+                                 const torch::Tensor& sin, torch::ScalarType yType) {
+    fused::RopeArgs args{};
+    args.xType = *loopType(x);
+    args.yType = yType == torch::kFloat ? fused::Type::F32 : fused::Type::BF16;
+    args.cos = cos.data_ptr<float>();
+    args.sin = sin.data_ptr<float>();
+    args.seqLen = x.size(1);
+    args.rows = x.size(0) * x.size(1);
+    args.heads = x.size(2);
+    args.dim = x.size(3);
+    return args;
+  }
+};
+
 }  // namespace
 
 torch::Tensor rmsNormComposed(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
@@ -149,6 +206,27 @@ torch::Tensor rmsNormComposed(const torch::Tensor& x, const torch::Tensor& weigh
 
 torch::Tensor swigluComposed(const torch::Tensor& gate, const torch::Tensor& up) {
   return torch::silu(gate) * up;
+}
+
+torch::Tensor rotaryComposed(const torch::Tensor& x, const torch::Tensor& cos,
+                             const torch::Tensor& sin, torch::ScalarType outType) {
+  const int64_t half = x.size(-1) / 2;
+  const torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  // cos and sin [seq, dim] broadcast over [batch, seq, heads, dim].
+  return (x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)).to(outType);
+}
+
+torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                     torch::ScalarType outType) {
+  const auto isFloat = [&](const torch::Tensor& t) {
+    return t.device() == x.device() && t.scalar_type() == torch::kFloat && t.dim() == 2 &&
+           t.size(0) == x.size(1) && t.size(1) == x.size(3);
+  };
+  const bool fusable = loopType(x) && x.dim() == 4 && x.size(3) % 2 == 0 && x.numel() > 0 &&
+                       isFloat(cos) && isFloat(sin) &&
+                       (outType == torch::kFloat || outType == torch::kBFloat16);
+  return fusable ? RotaryFunction::apply(x, cos, sin, outType)
+                 : rotaryComposed(x, cos, sin, outType);
 }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {

@@ -14,8 +14,17 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 // The SwiGLU product silu(gate) * up, of two tensors of one shape and type.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
+// Hugging Face's rotary embedding, x * cos + rotate_half(x) * sin, of x [batch, seq, heads, dim]
+// with cos and sin [seq, dim], returned as [batch, seq, heads, dim] in `outType`. The products and
+// the sum are computed in promote(x, cos) as LibTorch would, then stored in outType: attention
+// passes its autocast type, which is what scaled_dot_product_attention would cast the result to.
+torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                     torch::ScalarType outType);
+
 // The compositions of LibTorch ops that rmsNorm and swiglu fall back to (and are tested against).
 torch::Tensor rmsNormComposed(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor swigluComposed(const torch::Tensor& gate, const torch::Tensor& up);
+torch::Tensor rotaryComposed(const torch::Tensor& x, const torch::Tensor& cos,
+                             const torch::Tensor& sin, torch::ScalarType outType);
 
 }  // namespace fp4lab::model

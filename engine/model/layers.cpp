@@ -2,6 +2,8 @@
 // modeling code, including where it computes in fp32, so BF16 logits match HF's closely.
 #include "model/layers.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <cmath>
 
 #include "fp4lab/error.h"
@@ -93,13 +95,6 @@ std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cosSin(int64_t start, i
   return {m_cos.narrow(0, start, length), m_sin.narrow(0, start, length)};
 }
 
-torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos,
-                          const torch::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
-}
-
 // ----- Attention ---------------------------------------------------------------------------
 
 AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layerIndex,
@@ -136,8 +131,15 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
     q = qNorm(q);
     k = kNorm(k);
   }
-  q = applyRotary(q.transpose(1, 2), context.cos, context.sin);
-  k = applyRotary(k.transpose(1, 2), context.cos, context.sin);
+  // RoPE's result goes straight into attention, which under autocast would cast it to the
+  // autocast type: produce that type directly (the same values, without an fp32 intermediate).
+  const c10::DeviceType device = q.device().type();
+  const torch::ScalarType ropeType =
+      at::autocast::is_autocast_enabled(device)
+          ? at::autocast::get_autocast_dtype(device)
+          : torch::promote_types(q.scalar_type(), context.cos.scalar_type());
+  q = rotary(q, context.cos, context.sin, ropeType).transpose(1, 2);
+  k = rotary(k, context.cos, context.sin, ropeType).transpose(1, 2);
   if (context.cache) std::tie(k, v) = context.cache->append(m_layerIndex, k, v);
   // enable_gqa lets SDPA share each key/value head across its query group without
   // materializing repeated copies.

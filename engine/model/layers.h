@@ -59,10 +59,6 @@ class RotaryEmbedding {
   torch::Tensor m_cos, m_sin;
 };
 
-// x * cos + rotate_half(x) * sin, with cos/sin [T, D] broadcast over x [B, H, T, D].
-torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos,
-                          const torch::Tensor& sin);
-
 // What every layer's attention needs for one forward call, computed once by the model.
 struct AttentionContext {
   torch::Tensor cos, sin;             // [T, headDim]

@@ -207,7 +207,13 @@ TEST_CASE("fused loops: every instruction-set variant gives the same bits", "[mo
       const torch::Tensor h = swiglu(g, u);
       (y * randn({37, 203}, 1.0, seed + 4).to(y.scalar_type())).sum().backward();
       (h.to(torch::kFloat) * randn({37, 203}, 1.0, seed + 5).to(torch::kFloat)).sum().backward();
-      out.insert(out.end(), {y.detach(), h.detach(), x.grad(), w.grad(), g.grad(), u.grad()});
+      const torch::Tensor q = randn({3, 37, 2, 34}, 2.0, seed + 6).to(type).requires_grad_(true);
+      const torch::Tensor angles = randn({37, 34}, 2.0, seed + 7);
+      const torch::Tensor r = rotary(q, angles.cos().to(torch::kFloat),
+                                     angles.sin().to(torch::kFloat), torch::kBFloat16);
+      r.backward(randn({3, 37, 2, 34}, 1.0, seed + 8).to(torch::kBFloat16));
+      out.insert(out.end(), {y.detach(), h.detach(), x.grad(), w.grad(), g.grad(), u.grad(),
+                             r.detach(), q.grad()});
     }
     return out;
   };
@@ -258,4 +264,48 @@ TEST_CASE("fused RMSNorm rounds to bf16 as LibTorch does, ties to even", "[model
   const torch::Tensor exact = normalized.to(torch::kFloat) * 1.5;
   const torch::Tensor lowBits = exact.view(torch::kInt) & 0xFFFF;
   CHECK((lowBits == 0x8000).sum().item<int64_t>() > 100);
+}
+
+TEST_CASE("fused rotary embedding: LibTorch's forward bit for bit, backward to fp64",
+          "[model][fused]") {
+  uint64_t seed = 3000;
+  struct Shape {
+    int64_t batch, seq, heads, dim;
+  };
+  for (const Shape s :
+       {Shape{1, 1, 1, 2}, Shape{2, 7, 3, 16}, Shape{3, 65, 2, 64}, Shape{1, 130, 4, 34}}) {
+    for (const torch::ScalarType xType : {torch::kFloat, torch::kBFloat16}) {
+      for (const torch::ScalarType outType : {torch::kFloat, torch::kBFloat16}) {
+        INFO(s.batch << "x" << s.seq << "x" << s.heads << "x" << s.dim << " x "
+                     << c10::toString(xType) << " out " << c10::toString(outType));
+        const torch::Tensor x = randn({s.batch, s.seq, s.heads, s.dim}, 3.0, ++seed).to(xType);
+        const torch::Tensor angles = randn({s.seq, s.dim}, 2.0, ++seed);
+        const torch::Tensor cos = angles.cos().to(torch::kFloat);
+        const torch::Tensor sin = angles.sin().to(torch::kFloat);
+        const torch::Tensor leaf = x.clone().requires_grad_(true);
+        const torch::Tensor y = rotary(leaf, cos, sin, outType);
+        CHECK(y.scalar_type() == outType);
+        CHECK(bitEqual(y.detach(), rotaryComposed(x, cos, sin, outType)));
+
+        const torch::Tensor dy = randn({s.batch, s.seq, s.heads, s.dim}, 1.0, ++seed).to(outType);
+        y.backward(dy);
+        const torch::Tensor x64 = x.to(torch::kDouble).requires_grad_(true);
+        rotaryComposed(x64, cos.to(torch::kDouble), sin.to(torch::kDouble), torch::kDouble)
+            .backward(dy.to(torch::kDouble));
+        CHECK(leaf.grad().scalar_type() == xType);
+        // dx = dy * cos +- dy' * sin: one rounding of an fp32 sum of two products.
+        const torch::Tensor terms =
+            (dy.to(torch::kDouble).abs() * (cos.abs() + sin.abs()).unsqueeze(1)).detach() + 1e-30;
+        CHECK(maxRelative(leaf.grad(), x64.grad(), terms) < (xType == torch::kFloat ? 3e-7 : 4e-3));
+      }
+    }
+  }
+  // The variants agree bit for bit, and positions follow the row index across thread chunks.
+  const torch::Tensor x = randn({4, 200, 2, 64}, 1.0, 77).to(torch::kBFloat16);
+  const torch::Tensor angles = randn({200, 64}, 2.0, 78);
+  const torch::Tensor cos = angles.cos().to(torch::kFloat), sin = angles.sin().to(torch::kFloat);
+  torch::set_num_threads(3);
+  const torch::Tensor threaded = rotary(x, cos, sin, torch::kBFloat16);
+  torch::set_num_threads(1);
+  CHECK(bitEqual(threaded, rotaryComposed(x, cos, sin, torch::kBFloat16)));
 }
