@@ -75,6 +75,15 @@ int main(int argc, char** argv) {
   const torch::Tensor u =
       torch::randn({batch, seq, inter}).to(torch::kBFloat16).requires_grad_(true);
   const torch::Tensor dh = torch::randn({batch, seq, inter}).to(torch::kBFloat16);
+  // Queries as q_proj makes them under autocast, [batch, seq, heads, head_dim] in BF16, with the
+  // model's fp32 cos/sin; the result goes to attention in BF16 (which the composition reaches by
+  // the cast attention's autocast would make).
+  const int64_t heads = config.numAttentionHeads, headDim = config.headDim;
+  const torch::Tensor q =
+      torch::randn({batch, seq, heads, headDim}).to(torch::kBFloat16).requires_grad_(true);
+  const torch::Tensor angles = torch::randn({seq, headDim});
+  const torch::Tensor cos = angles.cos(), sin = angles.sin();
+  const torch::Tensor dq = torch::randn({batch, seq, heads, headDim}).to(torch::kBFloat16);
 
   struct Case {
     const char* op;
@@ -84,6 +93,8 @@ int main(int argc, char** argv) {
   };
   using fp4lab::model::rmsNorm;
   using fp4lab::model::rmsNormComposed;
+  using fp4lab::model::rotary;
+  using fp4lab::model::rotaryComposed;
   using fp4lab::model::swiglu;
   using fp4lab::model::swigluComposed;
   std::vector<Case> cases = {
@@ -91,6 +102,11 @@ int main(int argc, char** argv) {
       {"RMSNorm fp32", "LibTorch ops", [&] { rmsNormComposed(x, w, 1e-5).backward(dy); }, {}},
       {"SwiGLU bf16", "fused", [&] { swiglu(g, u).backward(dh); }, {}},
       {"SwiGLU bf16", "LibTorch ops", [&] { swigluComposed(g, u).backward(dh); }, {}},
+      {"RoPE bf16", "fused", [&] { rotary(q, cos, sin, torch::kBFloat16).backward(dq); }, {}},
+      {"RoPE bf16",
+       "LibTorch ops",
+       [&] { rotaryComposed(q, cos, sin, torch::kBFloat16).backward(dq); },
+       {}},
   };
   for (int rep = 0; rep < reps + 3; ++rep) {
     for (Case& c : cases) {
@@ -98,6 +114,7 @@ int main(int argc, char** argv) {
       w.mutable_grad() = torch::Tensor();
       g.mutable_grad() = torch::Tensor();
       u.mutable_grad() = torch::Tensor();
+      q.mutable_grad() = torch::Tensor();
       const double s = seconds(c.run);
       if (rep >= 3) c.times.push_back(s);  // 3 warm-up rounds
     }

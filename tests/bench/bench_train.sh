@@ -4,7 +4,8 @@
 # the same torch from the project's virtual environment, for the built-in model and a ~100M config.
 # The two alternate over ROUNDS rounds (default 3), so that drift in this machine's speed hits both
 # alike; the table gives each one's median step time and the C++ / Python ratio of every round.
-# usage: [ROUNDS=N] [THREADS=N] tests/bench/bench_train.sh [BUILD_DIR]   (default build/release)
+# usage: [ROUNDS=N] [THREADS=N] [MODELS="tiny 100m"] tests/bench/bench_train.sh [BUILD_DIR]
+#        (default build/release)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build/release}
@@ -14,6 +15,7 @@ CPP="$BUILD/tests/bench/bench_train"
 [ -x "$CPP" ] || { echo "build $CPP first (cmake --build --preset release --target bench_train)" >&2; exit 2; }
 THREADS=${THREADS:-$(nproc)}
 ROUNDS=${ROUNDS:-3}
+MODELS=${MODELS:-tiny 100m}
 
 run() {  # model steps batch seq
   local model=$1 steps=$2 batch=$3 seq=$4
@@ -23,8 +25,13 @@ run() {  # model steps batch seq
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 for ((r = 0; r < ROUNDS; ++r)); do
-  run tiny 30 16 256
-  run 100m 6 4 256
+  for model in $MODELS; do
+    case $model in
+      tiny) run tiny 30 16 256 ;;
+      100m) run 100m 6 4 256 ;;
+      *) echo "unknown model $model (tiny, 100m)" >&2; exit 2 ;;
+    esac
+  done
 done > "$OUT"
 "$PY" - "$OUT" <<'PY'
 import json, statistics, sys
