@@ -11,57 +11,20 @@ namespace fp4lab::model::fused {
 
 #if defined(__x86_64__)
 namespace avx512 {
-void rmsNormForward(const RmsNormArgs&, void*, float*);
-void rmsNormBackward(const RmsNormArgs&, const float*, const void*, void*, float*);
-void swigluForward(Type, const void*, const void*, void*, int64_t);
-void swigluBackward(Type, const void*, const void*, const void*, void*, void*, int64_t);
-void ropeForward(const RopeArgs&, const void*, void*);
-void ropeBackward(const RopeArgs&, const void*, void*);
-}  // namespace avx512
+extern const LoopTable kTable;
+}
 namespace avx2 {
-void rmsNormForward(const RmsNormArgs&, void*, float*);
-void rmsNormBackward(const RmsNormArgs&, const float*, const void*, void*, float*);
-void swigluForward(Type, const void*, const void*, void*, int64_t);
-void swigluBackward(Type, const void*, const void*, const void*, void*, void*, int64_t);
-void ropeForward(const RopeArgs&, const void*, void*);
-void ropeBackward(const RopeArgs&, const void*, void*);
-}  // namespace avx2
+extern const LoopTable kTable;
+}
 #endif
 
 namespace {
 
-struct Table {
-  const char* name;
-  void (*rmsNormForward)(const RmsNormArgs&, void*, float*);
-  void (*rmsNormBackward)(const RmsNormArgs&, const float*, const void*, void*, float*);
-  void (*swigluForward)(Type, const void*, const void*, void*, int64_t);
-  void (*swigluBackward)(Type, const void*, const void*, const void*, void*, void*, int64_t);
-  void (*ropeForward)(const RopeArgs&, const void*, void*);
-  void (*ropeBackward)(const RopeArgs&, const void*, void*);
-};
-
-constexpr Table kGeneric{"generic",
-                         generic::rmsNormForward,
-                         generic::rmsNormBackward,
-                         generic::swigluForward,
-                         generic::swigluBackward,
-                         generic::ropeForward,
-                         generic::ropeBackward};
+using Table = LoopTable;
+const Table& kGeneric = generic::kTable;
 #if defined(__x86_64__)
-constexpr Table kAvx2{"avx2",
-                      avx2::rmsNormForward,
-                      avx2::rmsNormBackward,
-                      avx2::swigluForward,
-                      avx2::swigluBackward,
-                      avx2::ropeForward,
-                      avx2::ropeBackward};
-constexpr Table kAvx512{"avx512",
-                        avx512::rmsNormForward,
-                        avx512::rmsNormBackward,
-                        avx512::swigluForward,
-                        avx512::swigluBackward,
-                        avx512::ropeForward,
-                        avx512::ropeBackward};
+const Table& kAvx2 = avx2::kTable;
+const Table& kAvx512 = avx512::kTable;
 #endif
 
 bool runsHere(const Table* table) {
@@ -75,7 +38,7 @@ bool runsHere(const Table* table) {
   return table == &kGeneric;
 }
 
-constexpr const Table* kTables[] = {
+const Table* const kTables[] = {
 #if defined(__x86_64__)
     &kAvx512, &kAvx2,
 #endif

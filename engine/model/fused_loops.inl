@@ -7,7 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "model/fused_loops.h"
+#include "model/fused_loops_table.h"
 
 namespace fp4lab::model::fused::FUSED_ISA {
 namespace {
@@ -282,5 +282,13 @@ void swigluBackward(Type type, const void* dh, const void* g, const void* u, voi
                        n);
   }
 }
+
+#define FUSED_STRING2(x) #x
+#define FUSED_STRING(x) FUSED_STRING2(x)
+extern const LoopTable kTable;
+const LoopTable kTable{FUSED_STRING(FUSED_ISA), rmsNormForward, rmsNormBackward, swigluForward,
+                       swigluBackward,          ropeForward,    ropeBackward};
+#undef FUSED_STRING
+#undef FUSED_STRING2
 
 }  // namespace fp4lab::model::fused::FUSED_ISA

@@ -1,0 +1,19 @@
+// The entry points of one instruction-set build of the fused loops: fused_loops.inl defines one
+// table per build (FUSED_ISA::kTable), and fused_loops.cpp picks the best one this CPU runs.
+#pragma once
+
+#include "model/fused_loops.h"
+
+namespace fp4lab::model::fused {
+
+struct LoopTable {
+  const char* name;
+  void (*rmsNormForward)(const RmsNormArgs&, void*, float*);
+  void (*rmsNormBackward)(const RmsNormArgs&, const float*, const void*, void*, float*);
+  void (*swigluForward)(Type, const void*, const void*, void*, int64_t);
+  void (*swigluBackward)(Type, const void*, const void*, const void*, void*, void*, int64_t);
+  void (*ropeForward)(const RopeArgs&, const void*, void*);
+  void (*ropeBackward)(const RopeArgs&, const void*, void*);
+};
+
+}  // namespace fp4lab::model::fused
