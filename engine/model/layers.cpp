@@ -131,13 +131,15 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
     q = qNorm(q);
     k = kNorm(k);
   }
-  // RoPE's result goes straight into attention, which under autocast would cast it to the
+  // RoPE's result goes straight into attention, which under autocast casts an fp32 result to the
   // autocast type: produce that type directly (the same values, without an fp32 intermediate).
   const c10::DeviceType device = q.device().type();
+  const torch::ScalarType promoted =
+      torch::promote_types(q.scalar_type(), context.cos.scalar_type());
   const torch::ScalarType ropeType =
-      at::autocast::is_autocast_enabled(device)
+      at::autocast::is_autocast_enabled(device) && promoted == torch::kFloat
           ? at::autocast::get_autocast_dtype(device)
-          : torch::promote_types(q.scalar_type(), context.cos.scalar_type());
+          : promoted;
   q = rotary(q, context.cos, context.sin, ropeType).transpose(1, 2);
   k = rotary(k, context.cos, context.sin, ropeType).transpose(1, 2);
   if (context.cache) std::tie(k, v) = context.cache->append(m_layerIndex, k, v);
