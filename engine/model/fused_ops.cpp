@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <atomic>
 #include <optional>
 
 #include "model/fused_loops.h"
@@ -197,6 +199,13 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
 };
 
 }  // namespace
+
+int parallelForThreads() {
+  std::atomic<uint32_t> seen{0};
+  at::parallel_for(
+      0, 2, 1, [&](int64_t, int64_t) { seen.fetch_or(1u << std::min(at::get_thread_num(), 31)); });
+  return __builtin_popcount(seen.load());
+}
 
 torch::Tensor rmsNormComposed(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   const torch::Tensor wide = x.to(accumulationType(x.scalar_type()));

@@ -21,6 +21,11 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                      torch::ScalarType outType);
 
+// How many threads at::parallel_for runs a two-task loop on in the engine's own code, at LibTorch's
+// current thread count: 1 when the engine was built without OpenMP (the pragma inside
+// at::parallel_for is then ignored and every fused loop runs serially). A test guards the build.
+int parallelForThreads();
+
 // The compositions of LibTorch ops that rmsNorm and swiglu fall back to (and are tested against).
 torch::Tensor rmsNormComposed(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor swigluComposed(const torch::Tensor& gate, const torch::Tensor& up);

@@ -309,3 +309,13 @@ TEST_CASE("fused rotary embedding: LibTorch's forward bit for bit, backward to f
   torch::set_num_threads(1);
   CHECK(bitEqual(threaded, rotaryComposed(x, cos, sin, torch::kBFloat16)));
 }
+
+TEST_CASE("the engine's at::parallel_for runs on more than one thread", "[model][fused][threads]") {
+  // Without -fopenmp on the engine, at::parallel_for compiles to a serial loop and every fused op
+  // (and fake-quant piece) runs on one core.
+  torch::set_num_threads(2);
+  const int threads = parallelForThreads();
+  torch::set_num_threads(1);
+  CHECK(threads == 2);
+  CHECK(parallelForThreads() == 1);
+}
