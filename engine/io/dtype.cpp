@@ -162,9 +162,7 @@ void convertToFloat32(DType dtype, const void* src, size_t count, float* dst) {
       convertEach<uint16_t>(src, count, dst, halfToFloat);
       return;
     case DType::BF16:
-      convertEach<uint16_t>(src, count, dst, [](uint16_t v) {
-        return floatFromBits(static_cast<uint32_t>(v) << 16);
-      });
+      convertEach<uint16_t>(src, count, dst, bf16ToFloat);
       return;
     case DType::F32:
       std::memcpy(dst, src, count * sizeof(float));

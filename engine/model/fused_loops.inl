@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "fp4lab/io/dtype.h"
 #include "model/fused_loops_table.h"
 
 namespace fp4lab::model::fused::FUSED_ISA {
@@ -19,27 +20,14 @@ inline float load(const float* p, int64_t i) {
   return p[i];
 }
 inline float load(const bf16* p, int64_t i) {
-  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-// Round to nearest even; NaN becomes the quiet NaN 0x7FC0 (as c10::BFloat16 does).
-// Integer arithmetic only, no selects, so that every instruction set vectorizes it.
-inline bf16 toBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-  const uint32_t nanMask = 0u - static_cast<uint32_t>((bits & 0x7FFFFFFFu) > 0x7F800000u);
-  return static_cast<bf16>(rounded ^ ((rounded ^ 0x7FC0u) & nanMask));
+  return io::bf16ToFloat(p[i]);
 }
 
 inline void store(float* p, int64_t i, float value) {
   p[i] = value;
 }
 inline void store(bf16* p, int64_t i, float value) {
-  p[i] = toBf16(value);
+  p[i] = io::floatToBf16(value);
 }
 
 // value rounded to T, as a float: the cast Hugging Face's RMSNorm makes before the weight.
@@ -47,7 +35,7 @@ inline float roundTo(float value, const float*) {
   return value;
 }
 inline float roundTo(float value, const bf16*) {
-  const bf16 narrow = toBf16(value);
+  const bf16 narrow = io::floatToBf16(value);
   return load(&narrow, 0);
 }
 

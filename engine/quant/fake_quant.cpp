@@ -19,15 +19,9 @@ namespace fp4lab::quant {
 
 namespace {
 
-// c10::BFloat16's rounding to nearest even (NaN -> the canonical 0x7FC0), written as a plain loop
-// over bits so that it vectorizes. (Widening is io::convertToFloat32, exact.)
+// c10::BFloat16's rounding, over a buffer. (Widening is io::convertToFloat32, exact.)
 void narrowToBf16(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, in + i, sizeof u);
-    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    out[i] = uint16_t((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = io::floatToBf16(in[i]);
 }
 
 // Fake quantization of a CPU tensor a few rows at a time, each piece widened (BF16), measured
