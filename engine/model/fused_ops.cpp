@@ -39,9 +39,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const torch::Tensor input = x.contiguous();
     const torch::Tensor w = weight.contiguous();
     const fused::RmsNormArgs args = argsFor(input, w, eps);
-    const torch::ScalarType outType =
-        (args.xType == fused::Type::F32 || args.wType == fused::Type::F32) ? torch::kFloat
-                                                                           : torch::kBFloat16;
+    const torch::ScalarType outType = outputType(args);
     torch::Tensor y = torch::empty(input.sizes(), input.options().dtype(outType));
     torch::Tensor rstd = torch::empty({args.rows}, input.options().dtype(torch::kFloat));
     const int64_t xRow = args.dim * input.element_size(), yRow = args.dim * y.element_size();
@@ -60,9 +58,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &input = saved[0], &w = saved[1], &rstd = saved[2];
     const fused::RmsNormArgs args = argsFor(input, w, ctx->saved_data["eps"].toDouble());
-    const torch::ScalarType outType =
-        (args.xType == fused::Type::F32 || args.wType == fused::Type::F32) ? torch::kFloat
-                                                                           : torch::kBFloat16;
+    const torch::ScalarType outType = outputType(args);
     const torch::Tensor dy = grads[0].to(outType).contiguous();
     torch::Tensor dx = torch::empty_like(input);
     const bool weightGrad = ctx->needs_input_grad(1);
@@ -96,6 +92,12 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 
  private:
+  // LibTorch's promotion of weight * normalized: fp32 if either is.
+  static torch::ScalarType outputType(const fused::RmsNormArgs& args) {
+    const bool wide = args.xType == fused::Type::F32 || args.wType == fused::Type::F32;
+    return wide ? torch::kFloat : torch::kBFloat16;
+  }
+
   static fused::RmsNormArgs argsFor(const torch::Tensor& x, const torch::Tensor& w, double eps) {
     fused::RmsNormArgs args{};
     args.xType = *loopType(x);
@@ -133,9 +135,9 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const fused::Type type = *loopType(g);
     const int64_t size = g.element_size();
     at::parallel_for(0, g.numel(), kSwigluGrain, [&](int64_t begin, int64_t end) {
-      const int64_t at = begin * size;
-      fused::swigluBackward(type, bytes(dh) + at, bytes(g) + at, bytes(u) + at, bytes(dg) + at,
-                            bytes(du) + at, end - begin);
+      const int64_t offset = begin * size;
+      fused::swigluBackward(type, bytes(dh) + offset, bytes(g) + offset, bytes(u) + offset,
+                            bytes(dg) + offset, bytes(du) + offset, end - begin);
     });
     return {dg, du};
   }
@@ -150,14 +152,7 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
     const torch::Tensor c = cos.contiguous(), s = sin.contiguous();
     torch::Tensor y = torch::empty(input.sizes(), input.options().dtype(outType));
     const fused::RopeArgs args = argsFor(input, c, s, outType);
-    const int64_t xRow = args.heads * args.dim * input.element_size();
-    const int64_t yRow = args.heads * args.dim * y.element_size();
-    at::parallel_for(0, args.rows, kRowsPerBlock, [&](int64_t begin, int64_t end) {
-      fused::RopeArgs part = args;
-      part.firstRow = begin;
-      part.rows = end - begin;
-      fused::ropeForward(part, bytes(input) + begin * xRow, bytes(y) + begin * yRow);
-    });
+    forRowChunks(args, input, y, fused::ropeForward);
     ctx->save_for_backward({c, s});
     ctx->saved_data["x_type"] = static_cast<int64_t>(input.scalar_type());
     ctx->saved_data["x_sizes"] = input.sizes().vec();
@@ -171,18 +166,26 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
     const torch::Tensor dy = grads[0].contiguous();
     torch::Tensor dx = torch::empty(sizes, dy.options().dtype(xType));
     const fused::RopeArgs args = argsFor(dx, saved[0], saved[1], dy.scalar_type());
-    const int64_t xRow = args.heads * args.dim * dx.element_size();
-    const int64_t yRow = args.heads * args.dim * dy.element_size();
-    at::parallel_for(0, args.rows, kRowsPerBlock, [&](int64_t begin, int64_t end) {
-      fused::RopeArgs part = args;
-      part.firstRow = begin;
-      part.rows = end - begin;
-      fused::ropeBackward(part, bytes(dy) + begin * yRow, bytes(dx) + begin * xRow);
-    });
+    forRowChunks(args, dy, dx, fused::ropeBackward);
     return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 
  private:
+  // Runs `loop` (ropeForward or ropeBackward) from `src` to `dst`, both [rows, heads, dim] of
+  // their own types, over chunks of rows on LibTorch's threads.
+  template <class Loop>
+  static void forRowChunks(const fused::RopeArgs& args, const torch::Tensor& src,
+                           const torch::Tensor& dst, Loop loop) {
+    const int64_t srcRow = args.heads * args.dim * src.element_size();
+    const int64_t dstRow = args.heads * args.dim * dst.element_size();
+    at::parallel_for(0, args.rows, kRowsPerBlock, [&](int64_t begin, int64_t end) {
+      fused::RopeArgs part = args;
+      part.firstRow = begin;
+      part.rows = end - begin;
+      loop(part, bytes(src) + begin * srcRow, bytes(dst) + begin * dstRow);
+    });
+  }
+
   static fused::RopeArgs argsFor(const torch::Tensor& x, const torch::Tensor& cos,
                                  const torch::Tensor& sin, torch::ScalarType yType) {
     fused::RopeArgs args{};
