@@ -101,5 +101,13 @@ void ropeForward(const RopeArgs& args, const void* x, void* y) {
 void ropeBackward(const RopeArgs& args, const void* dy, void* dx) {
   active()->ropeBackward(args, dy, dx);
 }
+void attentionProbs(const float* s, const float* lse, float scale, int64_t firstRow, int64_t rows,
+                    int64_t cols, float* p, uint16_t* pb) {
+  active()->attentionProbs(s, lse, scale, firstRow, rows, cols, p, pb);
+}
+void attentionScoreGrad(const float* p, const float* dp, const float* delta, int64_t firstRow,
+                        int64_t rows, int64_t cols, uint16_t* ds) {
+  active()->attentionScoreGrad(p, dp, delta, firstRow, rows, cols, ds);
+}
 
 }  // namespace fp4lab::model::fused

@@ -56,6 +56,19 @@ void ropeForward(const RopeArgs& args, const void* x, void* y);
 // dx (x's type) from dy (y's type): the transposed rotation, products and sum in fp32.
 void ropeBackward(const RopeArgs& args, const void* dy, void* dx);
 
+// Causal attention's backward, on one head's T x T score matrices (row-major, `cols` = T values a
+// row, rows [firstRow, firstRow + rows) of it): query row i attends to keys 0..i.
+//   p[i][c] = exp(s[i][c] * scale - lse[i]) for c <= i, 0 beyond; written in fp32 to p (which
+//             may be s itself) and rounded to bf16 to pb.
+// `lse` is the forward's log-sum-exp of each row of scaled scores; s, p, pb and lse start at row
+// firstRow.
+void attentionProbs(const float* s, const float* lse, float scale, int64_t firstRow, int64_t rows,
+                    int64_t cols, float* p, uint16_t* pb);
+//   ds[i][c] = p[i][c] * (dp[i][c] - delta[i]) for c <= i, 0 beyond, rounded to bf16.
+// (delta[i] = sum_d dO[i][d] * O[i][d], the softmax backward's row term.)
+void attentionScoreGrad(const float* p, const float* dp, const float* delta, int64_t firstRow,
+                        int64_t rows, int64_t cols, uint16_t* ds);
+
 // Which variant runs ("avx512", "avx2" or "generic"), and a switch for tests that compare them
 // (nullptr restores the automatic choice). Not thread-safe: set it before running anything.
 const char* isaName();

@@ -3,6 +3,7 @@
 // The code is written so the compiler vectorizes it (fixed 16-lane accumulators, branch-free
 // selects) and must not be built with -ffast-math or FMA contraction: every variant has to do the
 // same IEEE operations in the same order.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -271,11 +272,45 @@ void swigluBackward(Type type, const void* dh, const void* g, const void* u, voi
   }
 }
 
+void attentionProbs(const float* s, const float* lse, float scale, int64_t firstRow, int64_t rows,
+                    int64_t cols, float* p, uint16_t* pb) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t kept = std::min(firstRow + r + 1, cols);
+    const float* sr = s + r * cols;
+    float* pr = p + r * cols;
+    bf16* pbr = pb + r * cols;
+    const float shift = lse[r];
+    for (int64_t c = 0; c < kept; ++c) {
+      const float value = expClamped(sr[c] * scale - shift);
+      pr[c] = value;
+      store(pbr, c, value);
+    }
+    for (int64_t c = kept; c < cols; ++c) {
+      pr[c] = 0.0f;
+      pbr[c] = 0;
+    }
+  }
+}
+
+void attentionScoreGrad(const float* p, const float* dp, const float* delta, int64_t firstRow,
+                        int64_t rows, int64_t cols, uint16_t* ds) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t kept = std::min(firstRow + r + 1, cols);
+    const float* pr = p + r * cols;
+    const float* dpr = dp + r * cols;
+    bf16* dsr = ds + r * cols;
+    const float d = delta[r];
+    for (int64_t c = 0; c < kept; ++c) store(dsr, c, pr[c] * (dpr[c] - d));
+    for (int64_t c = kept; c < cols; ++c) dsr[c] = 0;
+  }
+}
+
 #define FUSED_STRING2(x) #x
 #define FUSED_STRING(x) FUSED_STRING2(x)
 extern const LoopTable kTable;
 const LoopTable kTable{FUSED_STRING(FUSED_ISA), rmsNormForward, rmsNormBackward, swigluForward,
-                       swigluBackward,          ropeForward,    ropeBackward};
+                       swigluBackward,          ropeForward,    ropeBackward,    attentionProbs,
+                       attentionScoreGrad};
 #undef FUSED_STRING
 #undef FUSED_STRING2
 

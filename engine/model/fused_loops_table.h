@@ -14,6 +14,10 @@ struct LoopTable {
   void (*swigluBackward)(Type, const void*, const void*, const void*, void*, void*, int64_t);
   void (*ropeForward)(const RopeArgs&, const void*, void*);
   void (*ropeBackward)(const RopeArgs&, const void*, void*);
+  void (*attentionProbs)(const float*, const float*, float, int64_t, int64_t, int64_t, float*,
+                         uint16_t*);
+  void (*attentionScoreGrad)(const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                             uint16_t*);
 };
 
 }  // namespace fp4lab::model::fused

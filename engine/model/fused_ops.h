@@ -21,6 +21,19 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                      torch::ScalarType outType);
 
+// Scaled dot-product attention of q [B, H, T, D] over k, v [B, KV, S, D] (grouped-query when KV
+// divides H), as torch::scaled_dot_product_attention(q, k, v, mask, 0, causal, default scale,
+// enable_gqa = KV < H). The forward is always LibTorch's. Causal self-attention on CPU in bf16
+// (no mask, T == S), with gradients wanted, gets fp4lab's own backward (model/attention.cpp):
+// the flash-attention formulas from the forward's log-sum-exp, products in fp32 from bf16
+// operands, gradients rounded to bf16 once; independent of the thread count. Anything else uses
+// LibTorch's.
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const std::optional<torch::Tensor>& mask, bool causal);
+// Whether that backward is available: it needs MKL's bf16 x bf16 -> fp32 GEMM, which the x86-64
+// torch wheels export; without it attention() always uses LibTorch's backward.
+bool ownAttentionBackward();
+
 // How many threads at::parallel_for runs a two-task loop on in the engine's own code, at LibTorch's
 // current thread count: 1 when the engine was built without OpenMP (the pragma inside
 // at::parallel_for is then ignored and every fused loop runs serially). A test guards the build.

@@ -143,11 +143,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
   q = rotary(q, context.cos, context.sin, ropeType).transpose(1, 2);
   k = rotary(k, context.cos, context.sin, ropeType).transpose(1, 2);
   if (context.cache) std::tie(k, v) = context.cache->append(m_layerIndex, k, v);
-  // enable_gqa lets SDPA share each key/value head across its query group without
+  // Grouped-query attention shares each key/value head across its query group without
   // materializing repeated copies.
-  const torch::Tensor attended = torch::scaled_dot_product_attention(
-      q, k, v, context.mask, /*dropout_p=*/0.0, context.causal, /*scale=*/std::nullopt,
-      /*enable_gqa=*/m_numHeads != m_numKeyValueHeads);
+  const torch::Tensor attended = attention(q, k, v, context.mask, context.causal);
   return oProj(attended.transpose(1, 2).reshape({batch, length, m_numHeads * m_headDim}));
 }
 

@@ -1,5 +1,6 @@
-// The fused RMSNorm and SwiGLU (model/fused_ops.h) against the LibTorch compositions they replace
-// (the same formulas, as Hugging Face writes them), forward + backward, on a training step's
+// The fused RMSNorm, SwiGLU and rotary embedding (model/fused_ops.h) against the LibTorch
+// compositions they replace (the same formulas, as Hugging Face writes them), and attention with
+// fp4lab's backward against scaled_dot_product_attention, forward + backward, on a training step's
 // shapes, interleaved so that drift in the machine's speed hits both alike.
 //
 // usage: bench_fused_ops [--model tiny|100m] [--batch B] [--seq T] [--threads N] [--reps R]
@@ -84,6 +85,18 @@ int main(int argc, char** argv) {
   const torch::Tensor angles = torch::randn({seq, headDim});
   const torch::Tensor cos = angles.cos(), sin = angles.sin();
   const torch::Tensor dq = torch::randn({batch, seq, heads, headDim}).to(torch::kBFloat16);
+  // Causal grouped-query attention on the projections' transposed [batch, heads, seq, head_dim]
+  // views, in BF16 as under autocast; "LibTorch ops" is scaled_dot_product_attention.
+  const int64_t kvHeads = config.numKeyValueHeads;
+  const auto projection = [&](int64_t n) {
+    return torch::randn({batch, seq, n, headDim})
+        .to(torch::kBFloat16)
+        .transpose(1, 2)
+        .detach()
+        .requires_grad_(true);
+  };
+  const torch::Tensor aq = projection(heads), ak = projection(kvHeads), av = projection(kvHeads);
+  const torch::Tensor dAttended = torch::randn({batch, heads, seq, headDim}).to(torch::kBFloat16);
 
   struct Case {
     const char* op;
@@ -107,6 +120,18 @@ int main(int argc, char** argv) {
        "LibTorch ops",
        [&] { rotaryComposed(q, cos, sin, torch::kBFloat16).backward(dq); },
        {}},
+      {"causal attention bf16",
+       "fp4lab backward",
+       [&] { fp4lab::model::attention(aq, ak, av, std::nullopt, true).backward(dAttended); },
+       {}},
+      {"causal attention bf16",
+       "LibTorch SDPA",
+       [&] {
+         torch::scaled_dot_product_attention(aq, ak, av, {}, 0.0, true, std::nullopt,
+                                             heads != kvHeads)
+             .backward(dAttended);
+       },
+       {}},
   };
   for (int rep = 0; rep < reps + 3; ++rep) {
     for (Case& c : cases) {
@@ -115,6 +140,7 @@ int main(int argc, char** argv) {
       g.mutable_grad() = torch::Tensor();
       u.mutable_grad() = torch::Tensor();
       q.mutable_grad() = torch::Tensor();
+      for (const torch::Tensor& t : {aq, ak, av}) t.mutable_grad() = torch::Tensor();
       const double s = seconds(c.run);
       if (rep >= 3) c.times.push_back(s);  // 3 warm-up rounds
     }
@@ -122,7 +148,7 @@ int main(int argc, char** argv) {
   std::printf("%s shapes, batch %lld x seq %lld, %d threads, fused loops: %s, median of %d\n\n",
               modelName.c_str(), static_cast<long long>(batch), static_cast<long long>(seq),
               torch::get_num_threads(), fp4lab::model::fused::isaName(), reps);
-  std::printf("| op (forward + backward) | fused (ms) | LibTorch ops (ms) | speedup |\n");
+  std::printf("| op (forward + backward) | fp4lab (ms) | LibTorch (ms) | speedup |\n");
   std::printf("|---|---|---|---|\n");
   for (size_t i = 0; i + 1 < cases.size(); i += 2) {
     const double fused = median(cases[i].times) * 1e3, composed = median(cases[i + 1].times) * 1e3;
