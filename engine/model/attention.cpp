@@ -34,9 +34,18 @@ using GemmBf16 = void (*)(int layout, int transA, int transB, int m, int n, int 
                           float* c, int ldc);
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
+// Looked up in LibTorch's own CPU library (already loaded; RTLD_NOLOAD finds it by its soname),
+// so that no other BLAS that happens to be loaded, with other integer sizes, can answer.
+GemmBf16 findGemmBf16() {
+  void* torchCpu = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+  if (torchCpu == nullptr) return nullptr;
+  auto* gemm = reinterpret_cast<GemmBf16>(dlsym(torchCpu, "cblas_gemm_bf16bf16f32"));
+  dlclose(torchCpu);  // drops only the reference dlopen added
+  return gemm;
+}
+
 GemmBf16 gemmBf16() {
-  static const GemmBf16 gemm =
-      reinterpret_cast<GemmBf16>(dlsym(RTLD_DEFAULT, "cblas_gemm_bf16bf16f32"));
+  static const GemmBf16 gemm = findGemmBf16();
   return gemm;
 }
 
