@@ -98,6 +98,7 @@ std::string buildBuiltinModel(const std::string& destination, bool verbose) {
   c.evalEvery = 0;
   c.evalBatches = 4;
   c.seed = 20261130;
+  c.dataSeed = 20261130;
   RunOptions options;
   options.runDir = dest.string() + "-build";
   fs::remove_all(options.runDir);
@@ -225,19 +226,19 @@ DataBundle loadTrainingData(const RunConfig& config, const data::Tokenizer& toke
     d.validation = loadTrainingData(real, tokenizer).train;
     if (int64_t(d.validation.size()) > config.validationMax)
       d.validation.resize(size_t(config.validationMax));
-    d.train = randomSequences(4096, config.seqLen, tokenizer.vocabSize(), config.seed);
+    d.train = randomSequences(4096, config.seqLen, tokenizer.vocabSize(), config.dataSeed);
     d.trainSequences = d.train.size();
     return d;
   }
   if (config.trainData.rfind("random:", 0) == 0)
     throw Error("unknown data source '" + config.trainData + "'", "data.train",
                 "random:tokens is the only random source");
-  std::vector<data::Example> train = loadExamples(config.trainData, config.seed), validation;
+  std::vector<data::Example> train = loadExamples(config.trainData, config.dataSeed), validation;
   if (!config.validationData.empty()) {
-    validation = loadExamples(config.validationData, config.seed + 1);
+    validation = loadExamples(config.validationData, config.dataSeed + 1);
   } else if (config.validationFraction > 0) {
     data::Split split =
-        data::splitValidation(std::move(train), config.validationFraction, config.seed);
+        data::splitValidation(std::move(train), config.validationFraction, config.dataSeed);
     train = std::move(split.train);
     validation = std::move(split.validation);
   }

@@ -61,6 +61,7 @@ const std::vector<Field>& fields() {
       field("data.validation_max", &RunConfig::validationMax, "integer"),
       field("data.seq_len", &RunConfig::seqLen, "integer"),
       field("data.pack", &RunConfig::pack, "boolean"),
+      field("data.seed", &RunConfig::dataSeed, "non-negative integer"),
       field("recipe.name", &RunConfig::recipe, "string"),
       field("recipe.teacher", &RunConfig::teacher, "string"),
       field("recipe.temperature", &RunConfig::temperature, "number"),

@@ -125,7 +125,7 @@ class RunListener : public train::TrainerListener {
         ReplyOptions reply;
         reply.maxNewTokens = c.maxNewTokens;
         t = evaluateTasks(m_extras.bundle.model, *m_extras.bundle.tokenizer, m_extras.tasks,
-                          c.taskItems, c.seed, reply);
+                          c.taskItems, c.dataSeed, reply);
         writeTaskAnswers(t, r.step);
       }
       for (const auto& task : m_extras.tasks) {

@@ -12,7 +12,7 @@ struct RunConfig {
   // run.*
   std::string name = "run";
   std::string outputDir = "runs";
-  uint64_t seed = 1234;
+  uint64_t seed = 1234;  // training order, initialisation, sampling: what a repeat run varies
   // model.*: a Hugging Face folder, or builtin:tiny
   std::string modelPath = "builtin:tiny";
   std::string computeDtype = "bf16";  // bf16 (autocast, fp32 master weights) or fp32
@@ -23,6 +23,9 @@ struct RunConfig {
   int64_t validationMax = 256;  // at most this many validation examples
   int seqLen = 256;
   bool pack = true;
+  // Which examples a built-in source generates, which are held out for validation, and the task
+  // items graded: fixed while run.seed varies, so runs at several seeds share one validation set.
+  uint64_t dataSeed = 1234;
   // recipe.*: sft, ptq (calibrate, evaluate, save), qat, qad
   std::string recipe = "sft";
   std::string teacher;       // qad: the frozen BF16 teacher (empty: model.path)
