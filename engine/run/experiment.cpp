@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <tuple>
 
 #include "fp4lab/data/builtin_tasks.h"
 #include "fp4lab/error.h"
@@ -52,6 +54,7 @@ const std::vector<Key>& keys() {
       key("base_model", &ExperimentConfig::baseModel),
       key("train_data", &ExperimentConfig::trainData),
       key("seed", &ExperimentConfig::seed),
+      key("data_seed", &ExperimentConfig::dataSeed),
       key("batch_size", &ExperimentConfig::batchSize),
       key("seq_len", &ExperimentConfig::seqLen),
       key("threads", &ExperimentConfig::threads),
@@ -68,6 +71,7 @@ const std::vector<Key>& keys() {
       key("activations", &ExperimentConfig::activations),
       key("base_qat_format", &ExperimentConfig::baseQatFormat),
       key("base_qat_steps", &ExperimentConfig::baseQatSteps),
+      key("repeats", &ExperimentConfig::repeats),
   };
   return k;
 }
@@ -80,6 +84,64 @@ std::string fixed(double v, int digits) {
 }
 std::string percent(double v) {
   return std::isfinite(v) ? fixed(100 * v, 0) + "%" : "n/a";
+}
+// "0.0521 ± 0.0004" (the spread only where there is one).
+std::string withSd(const std::string& mean, double sd, const std::string& sdText) {
+  return std::isfinite(sd) ? mean + " ± " + sdText : mean;
+}
+
+// Mean and sample standard deviation of the finite values (NaN when there are none / one).
+std::pair<double, double> meanSd(const std::vector<double>& values) {
+  double sum = 0;
+  int n = 0;
+  for (double v : values)
+    if (std::isfinite(v)) sum += v, ++n;
+  if (n == 0) return {NAN, NAN};
+  const double mean = sum / n;
+  double ss = 0;
+  for (double v : values)
+    if (std::isfinite(v)) ss += (v - mean) * (v - mean);
+  return {mean, n > 1 ? std::sqrt(ss / (n - 1)) : NAN};
+}
+
+std::vector<ExperimentSummary> summarize(const std::vector<ExperimentRun>& runs) {
+  std::vector<ExperimentSummary> out;
+  for (const auto& r : runs) {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const ExperimentSummary& s) { return s.mean.name == r.group; });
+    if (it != out.end()) continue;
+    std::vector<const ExperimentRun*> members;
+    for (const auto& m : runs)
+      if (m.group == r.group) members.push_back(&m);
+    ExperimentSummary s;
+    s.count = int(members.size());
+    s.mean = r;
+    s.mean.name = r.group;
+    s.mean.runDir.clear();
+    auto collect = [&](auto get) {
+      std::vector<double> v;
+      for (const ExperimentRun* m : members) v.push_back(get(*m));
+      return v;
+    };
+    for (const auto& [task, rate] : r.passRate) {
+      (void)rate;
+      std::tie(s.mean.passRate[task], s.passRateSd[task]) =
+          meanSd(collect([&](const ExperimentRun& m) {
+            return m.passRate.count(task) ? m.passRate.at(task) : NAN;
+          }));
+    }
+    std::tie(s.mean.valLoss, s.valLossSd) = meanSd(collect([](auto& m) { return m.valLoss; }));
+    std::tie(s.mean.valKl, s.valKlSd) = meanSd(collect([](auto& m) { return m.valKl; }));
+    const std::vector<double> gaps = collect([](auto& m) { return m.gapRecovered; });
+    std::tie(s.mean.gapRecovered, s.gapSd) = meanSd(gaps);
+    for (double g : gaps)
+      if (std::isfinite(g)) {
+        s.gapMin = std::isfinite(s.gapMin) ? std::min(s.gapMin, g) : g;
+        s.gapMax = std::isfinite(s.gapMax) ? std::max(s.gapMax, g) : g;
+      }
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 // "2026-11-30T11:24:54.416Z kind text" -> seconds since the epoch.
@@ -172,10 +234,33 @@ std::string ExperimentConfig::toYaml() const {
 }
 
 void assessExperiment(ExperimentResult& result, const ExperimentConfig& config) {
-  auto find = [&](const std::string& name) -> ExperimentRun* {
-    for (auto& r : result.runs)
-      if (r.name == name) return &r;
+  for (auto& r : result.runs)
+    if (r.group.empty()) r.group = r.name;
+  // Gap recovered against the PTQ run of the same format and seed.
+  const ExperimentRun* sftRun = nullptr;
+  for (const auto& r : result.runs)
+    if (r.group == "sft") sftRun = &r;
+  const double bf16Loss = sftRun ? sftRun->valLoss : NAN;
+  for (auto& r : result.runs) {
+    r.gapRecovered = NAN;
+    if (r.recipe == "ptq") r.gapRecovered = 0;
+    if (r.from != "sft" || (r.recipe != "qat" && r.recipe != "qad")) continue;
+    for (const auto& p : result.runs)
+      if (p.group == "ptq-" + r.format && p.seed == r.seed)
+        r.gapRecovered = (p.valLoss - r.valLoss) / (p.valLoss - bf16Loss);
+  }
+  // The goals read each group's means over its seeds.
+  result.summaries = summarize(result.runs);
+  auto find = [&](const std::string& name) -> const ExperimentRun* {
+    for (const auto& s : result.summaries)
+      if (s.mean.name == name) return &s.mean;
     return nullptr;
+  };
+  auto seeds = [&](const std::string& name) {
+    for (const auto& s : result.summaries)
+      if (s.mean.name == name && s.count > 1)
+        return " (mean of " + std::to_string(s.count) + " seeds)";
+    return std::string();
   };
   const std::vector<std::string> tasks = data::builtinTaskNames();
   auto minRate = [&](const ExperimentRun& r) {
@@ -198,13 +283,6 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config) 
     result.goals.push_back({std::move(g), std::move(measured), met});
   };
   const ExperimentRun* sft = find("sft");
-  const double bf16Loss = sft ? sft->valLoss : NAN;
-  for (auto& r : result.runs) {
-    const ExperimentRun* ptq = find("ptq-" + r.format);
-    if (r.from == "sft" && (r.recipe == "qat" || r.recipe == "qad") && ptq)
-      r.gapRecovered = (ptq->valLoss - r.valLoss) / (ptq->valLoss - bf16Loss);
-    if (r.recipe == "ptq") r.gapRecovered = 0;
-  }
   if (const ExperimentRun* base = find("base"))
     goal("base pass rates low (published: 16% and 30%)", rates(*base), !(minRate(*base) > 0.5));
   if (sft) goal("SFT >= 95% on both tasks", rates(*sft), minRate(*sft) >= 0.95);
@@ -212,19 +290,21 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config) 
     const ExperimentRun *ptq = find("ptq-" + f), *qat = find("qat-" + f), *qad = find("qad-" + f);
     if (ptq && sft)
       goal("PTQ " + f + " visibly below SFT (mean pass rate at least 5 points lower)",
-           rates(*ptq) + " vs " + rates(*sft), meanRate(*ptq) <= meanRate(*sft) - 0.05);
+           rates(*ptq) + " vs " + rates(*sft) + seeds(ptq->name),
+           meanRate(*ptq) <= meanRate(*sft) - 0.05);
     for (const ExperimentRun* r : {qat, qad})
-      if (r) goal(r->name + " >= 95% on both tasks", rates(*r), minRate(*r) >= 0.95);
+      if (r)
+        goal(r->name + " >= 95% on both tasks", rates(*r) + seeds(r->name), minRate(*r) >= 0.95);
     if (qad) {
       const double need = f == "nvfp4" ? 0.9 : 0.8;
       goal("QAD " + f + " recovers >= " + percent(need) + " of the PTQ validation-loss gap",
-           percent(qad->gapRecovered), qad->gapRecovered >= need);
+           percent(qad->gapRecovered) + seeds(qad->name), qad->gapRecovered >= need);
     }
     if (qat && qad)
       goal("QAT " + f + " KL to SFT >= 10x QAD's" +
                (config.qatSteps == config.qadSteps ? " (equal steps)" : " (UNEQUAL steps)"),
            fixed(qat->valKl, 5) + " vs " + fixed(qad->valKl, 5) + " (" +
-               fixed(qat->valKl / qad->valKl, 1) + "x)",
+               fixed(qat->valKl / qad->valKl, 1) + "x)" + seeds(qad->name),
            qat->valKl >= 10 * qad->valKl);
   }
   for (const char* recipe : {"qat", "qad"}) {
@@ -232,23 +312,24 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config) 
                         *nv = find(std::string(recipe) + "-nvfp4");
     if (mx && nv)
       goal(std::string("NVFP4 below MXFP4 in final validation loss after ") + recipe,
-           fixed(nv->valLoss, 4) + " vs " + fixed(mx->valLoss, 4), nv->valLoss < mx->valLoss);
+           fixed(nv->valLoss, 4) + " vs " + fixed(mx->valLoss, 4) + seeds(nv->name),
+           nv->valLoss < mx->valLoss);
   }
   const ExperimentRun* fromBase = find("qat-from-base-" + config.baseQatFormat);
   const ExperimentRun* sftQat = find("qat-" + config.baseQatFormat);
   if (fromBase && sftQat)
     goal("SFT-then-QAT above QAT-from-base (" + config.baseQatFormat + ", mean pass rate)",
-         rates(*sftQat) + " vs " + rates(*fromBase),
+         rates(*sftQat) + " vs " + rates(*fromBase) + seeds(sftQat->name),
          meanRate(*sftQat) > meanRate(*fromBase) ||
              (meanRate(*sftQat) == meanRate(*fromBase) && sftQat->valLoss < fromBase->valLoss));
 
   // The report.
   std::ostringstream csv;
-  csv << "run,recipe,format,from";
+  csv << "run,recipe,format,from,seed";
   for (const auto& t : tasks) csv << ",pass_rate_" << t;
   csv << ",val_loss,val_kl_to_sft,gap_recovered,steps,tokens,seconds,run_dir\n";
   for (const auto& r : result.runs) {
-    csv << r.name << "," << r.recipe << "," << r.format << "," << r.from;
+    csv << r.name << "," << r.recipe << "," << r.format << "," << r.from << "," << r.seed;
     for (const auto& t : tasks) csv << "," << fixed(r.passRate.at(t), 4);
     csv << "," << fixed(r.valLoss, 6) << "," << fixed(r.valKl, 6) << "," << fixed(r.gapRecovered, 4)
         << "," << r.steps << "," << r.tokens << "," << fixed(r.seconds, 1) << "," << r.runDir
@@ -284,7 +365,34 @@ std::string markdownReport(const ExperimentResult& result, const ExperimentConfi
        << " |\n";
   }
   md << "\nGap recovered = (PTQ - X) / (PTQ - SFT) on validation loss, against the same format's "
-        "PTQ run.\n\n## Goals\n\n| goal | measured | met |\n|---|---|---|\n";
+        "PTQ run at the same seed.\n\n";
+  if (config.repeats > 1) {
+    md << "## Across seeds\n\nThe runs from the SFT model at " << config.repeats << " run seeds ("
+       << config.seed << " to " << config.seed + uint64_t(config.repeats) - 1
+       << "; the same data, validation rows and task items): mean ± sample standard deviation. "
+          "The goals below read these means.\n\n| run | seeds |";
+    for (const auto& t : tasks) md << " " << t << " |";
+    md << " val loss | KL to SFT | gap recovered (min..max) |\n|---|---|";
+    for (size_t i = 0; i < tasks.size(); ++i) md << "---|";
+    md << "---|---|---|\n";
+    for (const auto& s : result.summaries) {
+      if (s.count < 2) continue;
+      md << "| " << s.mean.name << " | " << s.count << " |";
+      for (const auto& t : tasks)
+        md << " "
+           << withSd(percent(s.mean.passRate.at(t)), s.passRateSd.at(t),
+                     fixed(100 * s.passRateSd.at(t), 1))
+           << " |";
+      md << " " << withSd(fixed(s.mean.valLoss, 4), s.valLossSd, fixed(s.valLossSd, 4)) << " | "
+         << withSd(fixed(s.mean.valKl, 5), s.valKlSd, fixed(s.valKlSd, 5)) << " | ";
+      if (s.mean.recipe != "ptq" && std::isfinite(s.mean.gapRecovered))
+        md << withSd(percent(s.mean.gapRecovered), s.gapSd, fixed(100 * s.gapSd, 0) + " points")
+           << " (" << percent(s.gapMin) << ".." << percent(s.gapMax) << ")";
+      md << " |\n";
+    }
+    md << "\n";
+  }
+  md << "## Goals\n\n| goal | measured | met |\n|---|---|---|\n";
   for (const auto& g : result.goals)
     md << "| " << g.goal << " | " << g.measured << " | " << (g.met ? "yes" : "**no**") << " |\n";
   md << "\n## Configuration\n\n```yaml\n" << config.toYaml() << "```\n";
@@ -304,6 +412,9 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
                   "use mxfp4, nvfp4 or both");
   if (config.baseQatFormat != "mxfp4" && config.baseQatFormat != "nvfp4")
     throw Error("base_qat_format must be mxfp4 or nvfp4", "experiment config");
+  if (config.repeats < 1 || config.repeats > 100)
+    throw Error("repeats must be between 1 and 100", "experiment config",
+                "repeats=3 runs PTQ, QAT and QAD at three seeds");
   fs::create_directories(options.dir);
   model::files::writeFileAtomically((fs::path(options.dir) / "experiment.yaml").string(),
                                     config.toYaml());
@@ -313,7 +424,7 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
   auto common = [&](const std::string& name) {
     return std::vector<std::string>{
         "run.name=" + name,
-        "run.seed=" + std::to_string(config.seed),
+        "data.seed=" + std::to_string(config.dataSeed),
         "data.train=" + config.trainData,
         "data.seq_len=" + std::to_string(config.seqLen),
         "train.batch_size=" + std::to_string(config.batchSize),
@@ -327,12 +438,15 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
   };
   const std::string sftModel = (fs::path(options.dir) / "sft" / "model").string();
 
-  auto run = [&](const std::string& name, const std::string& recipe, const std::string& format,
-                 const std::string& from, std::vector<std::string> overrides) {
+  auto run = [&](const std::string& group, const std::string& recipe, const std::string& format,
+                 const std::string& from, std::vector<std::string> overrides, int repeat = 0) {
     ExperimentRun r;
-    r.name = name, r.recipe = recipe, r.format = format, r.from = from;
+    r.seed = config.seed + uint64_t(repeat);
+    const std::string name = repeat == 0 ? group : group + "-seed" + std::to_string(r.seed);
+    r.name = name, r.group = group, r.recipe = recipe, r.format = format, r.from = from;
     r.runDir = (fs::path(options.dir) / name).string();
     std::vector<std::string> all = common(name);
+    all.push_back("run.seed=" + std::to_string(r.seed));
     all.push_back("recipe.name=" + recipe);
     if (format != "bf16") all.push_back("quant.format=" + format);
     all.insert(all.end(), overrides.begin(), overrides.end());
@@ -370,23 +484,26 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
       {"model.path=" + config.baseModel, steps(config.sftSteps), lr(config.sftLr)});
   run("base", "sft", "bf16", "base",
       {"model.path=" + config.baseModel, steps(0), "eval.reference=" + sftModel});
-  for (const auto& f : formats) {
-    const std::vector<std::string> fromSft = {"model.path=" + sftModel,
-                                              "eval.reference=" + sftModel};
+  auto fromSft = [&](int repeat) {
     auto with = [&](std::vector<std::string> extra) {
-      extra.insert(extra.begin(), fromSft.begin(), fromSft.end());
+      extra.insert(extra.begin(), {"model.path=" + sftModel, "eval.reference=" + sftModel});
       return extra;
     };
-    run("ptq-" + f, "ptq", f, "sft", with({}));
-    run("qat-" + f, "qat", f, "sft", with({steps(config.qatSteps), lr(config.qatLr)}));
-    run("qad-" + f, "qad", f, "sft",
-        with({steps(config.qadSteps), lr(config.qadLr), "recipe.teacher=" + sftModel}));
-  }
+    for (const auto& f : formats) {
+      run("ptq-" + f, "ptq", f, "sft", with({}), repeat);
+      run("qat-" + f, "qat", f, "sft", with({steps(config.qatSteps), lr(config.qatLr)}), repeat);
+      run("qad-" + f, "qad", f, "sft",
+          with({steps(config.qadSteps), lr(config.qadLr), "recipe.teacher=" + sftModel}), repeat);
+    }
+  };
+  fromSft(0);
   const int64_t baseSteps =
       config.baseQatSteps >= 0 ? config.baseQatSteps : config.sftSteps + config.qatSteps;
   run("qat-from-base-" + config.baseQatFormat, "qat", config.baseQatFormat, "base",
       {"model.path=" + config.baseModel, "eval.reference=" + sftModel, steps(baseSteps),
        lr(config.sftLr)});
+  // The repeats last, so that one pass of every comparison is in the report early.
+  for (int k = 1; k < config.repeats; ++k) fromSft(k);
 
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -19,7 +19,8 @@ namespace fp4lab::run {
 struct ExperimentConfig {
   std::string baseModel = "builtin:tiny";
   std::string trainData = "builtin:sft";
-  uint64_t seed = 1234;
+  uint64_t seed = 1234;      // every run's run.seed (training order, initialisation)
+  uint64_t dataSeed = 1234;  // every run's data.seed (examples, validation split, task items)
   int batchSize = 16;
   int seqLen = 256;
   int threads = 0;  // 0: every core the process may use
@@ -38,6 +39,10 @@ struct ExperimentConfig {
   bool activations = true;              // W4A4; false: W4A16
   std::string baseQatFormat = "mxfp4";  // the QAT-from-base run (no BF16 stage)
   int64_t baseQatSteps = -1;            // -1: sftSteps + qatSteps (the same training budget)
+  // The PTQ, QAT and QAD runs from the SFT model at this many run seeds (seed, seed + 1, ...; the
+  // data seed stays), so that the report can give each comparison's mean and spread: at this
+  // scale one run's gap recovered moves by tens of points with the seed (docs/results.md).
+  int repeats = 1;
 
   // The --quick variant the tests use (a few minutes on two cores): fewer steps and items.
   static ExperimentConfig quick();
@@ -49,6 +54,9 @@ struct ExperimentConfig {
 
 struct ExperimentRun {
   std::string name;    // base, sft, ptq-mxfp4, qat-nvfp4, qad-nvfp4, qat-from-base-mxfp4, ...
+                       // and for repeats qat-nvfp4-seed1235, ...
+  std::string group;   // the name without the seed suffix
+  uint64_t seed = 0;   // run.seed
   std::string recipe;  // sft, ptq, qat, qad
   std::string format;  // bf16, mxfp4, nvfp4
   std::string from;    // base or sft
@@ -64,9 +72,18 @@ struct ExperimentGoal {
   bool met = false;
 };
 
+// One group's runs over the seeds: means, and sample standard deviations (NaN for one run).
+struct ExperimentSummary {
+  ExperimentRun mean;  // name = group; passRate, valLoss, valKl, gapRecovered are means
+  std::map<std::string, double> passRateSd;
+  double valLossSd = NAN, valKlSd = NAN, gapSd = NAN, gapMin = NAN, gapMax = NAN;
+  int count = 0;
+};
+
 struct ExperimentResult {
   std::string dir;
   std::vector<ExperimentRun> runs;
+  std::vector<ExperimentSummary> summaries;  // one per group, in run order; goals are read here
   std::vector<ExperimentGoal> goals;
   std::string reportMarkdown, reportCsv;  // also written to dir/report.md and dir/report.csv
   double seconds = 0;
@@ -81,7 +98,8 @@ struct ExperimentOptions {
 
 ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentOptions& options);
 
-// The report of finished runs (exposed for tests): fills gapRecovered and the goals.
+// The report of finished runs (exposed for tests): fills gapRecovered (against the PTQ run of the
+// same format and seed), the summaries and the goals (on the means over seeds), and reportCsv.
 void assessExperiment(ExperimentResult& result, const ExperimentConfig& config);
 
 }  // namespace fp4lab::run

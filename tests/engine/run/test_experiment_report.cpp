@@ -1,0 +1,86 @@
+// The experiment's assessment with repeats: each QAT/QAD run's gap recovered is against the PTQ
+// run of its own seed, each group is summarised over its seeds (mean, sample standard deviation,
+// range), and the goals read the means.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "fp4lab/data/builtin_tasks.h"
+#include "fp4lab/run/experiment.h"
+
+using namespace fp4lab;
+
+namespace {
+
+run::ExperimentRun made(const std::string& group, const std::string& recipe, uint64_t seed,
+                        double valLoss, double passRate) {
+  run::ExperimentRun r;
+  r.group = group;
+  r.name = seed == 1234 ? group : group + "-seed" + std::to_string(seed);
+  r.recipe = recipe;
+  r.format = recipe == "sft" ? "bf16" : "nvfp4";
+  r.from = recipe == "sft" ? "base" : "sft";
+  r.seed = seed;
+  r.valLoss = valLoss;
+  r.valKl = recipe == "sft" ? NAN : valLoss - 0.05;
+  for (const auto& t : data::builtinTaskNames()) r.passRate[t] = passRate;
+  return r;
+}
+
+const run::ExperimentSummary& summary(const run::ExperimentResult& r, const std::string& group) {
+  auto it = std::find_if(r.summaries.begin(), r.summaries.end(),
+                         [&](const run::ExperimentSummary& s) { return s.mean.name == group; });
+  REQUIRE(it != r.summaries.end());
+  return *it;
+}
+
+}  // namespace
+
+TEST_CASE("Repeated runs: gap against the same seed's PTQ, goals on the means",
+          "[run][experiment]") {
+  run::ExperimentConfig config;
+  config.formats = "nvfp4";
+  config.repeats = 2;
+  run::ExperimentResult result;
+  result.runs = {made("sft", "sft", 1234, 0.05, 0.96), made("ptq-nvfp4", "ptq", 1234, 0.06, 0.90),
+                 made("qad-nvfp4", "qad", 1234, 0.055, 0.94),
+                 made("ptq-nvfp4", "ptq", 1235, 0.07, 0.88),
+                 made("qad-nvfp4", "qad", 1235, 0.054, 0.98)};
+  run::assessExperiment(result, config);
+
+  CHECK(result.runs[2].gapRecovered == Approx(0.5));  // (0.06 - 0.055) / (0.06 - 0.05)
+  CHECK(result.runs[4].gapRecovered == Approx(0.8));  // (0.07 - 0.054) / (0.07 - 0.05)
+  CHECK(result.runs[3].gapRecovered == 0);
+
+  REQUIRE(result.summaries.size() == 3);  // sft, ptq-nvfp4, qad-nvfp4
+  const run::ExperimentSummary& qad = summary(result, "qad-nvfp4");
+  CHECK(qad.count == 2);
+  CHECK(qad.mean.gapRecovered == Approx(0.65));
+  CHECK(qad.gapSd == Approx(0.212132).epsilon(1e-4));
+  CHECK(qad.gapMin == Approx(0.5));
+  CHECK(qad.gapMax == Approx(0.8));
+  CHECK(qad.mean.valLoss == Approx(0.0545));
+  CHECK(qad.mean.passRate.at("reasoning_language") == Approx(0.96));
+  CHECK(qad.passRateSd.at("reasoning_language") == Approx(0.028284).epsilon(1e-4));
+  const run::ExperimentSummary& sft = summary(result, "sft");
+  CHECK(sft.count == 1);
+  CHECK(std::isnan(sft.valLossSd));
+
+  auto goal = [&](const std::string& start) {
+    for (const auto& g : result.goals)
+      if (g.goal.rfind(start, 0) == 0) return g;
+    FAIL("no goal starting with " << start);
+    return run::ExperimentGoal{};
+  };
+  const run::ExperimentGoal gap = goal("QAD nvfp4 recovers");
+  CHECK(gap.measured == "65% (mean of 2 seeds)");
+  CHECK_FALSE(gap.met);
+  // Mean pass rates 96% / 96% for QAD: met, although the first seed alone (94%) was not.
+  const run::ExperimentGoal rates = goal("qad-nvfp4 >= 95%");
+  CHECK(rates.met);
+  // PTQ's mean (89%) is 7 points below SFT's (96%).
+  CHECK(goal("PTQ nvfp4 visibly below").met);
+
+  CHECK(result.reportCsv.find("\nqad-nvfp4-seed1235,qad,nvfp4,sft,1235,") != std::string::npos);
+}
