@@ -51,6 +51,28 @@ grep -q "QAD nvfp4 recovers" "$T/exp/report.md" || fail "no QAD goal in the repo
 "$BIN" experiment --quick threads=1 --output-dir "$T/exp" > /dev/null 2>&1 || fail "rerun failed"
 [ "$(grep -c '(reused)' "$T/exp/report.md")" = 9 ] || fail "finished runs were not reused"
 
+# repeats=2 reuses those nine runs and adds PTQ, QAT and QAD at a second run seed, graded on the
+# same task items; each gap is against its own seed's PTQ, and the report summarises the seeds.
+"$BIN" experiment --quick threads=1 repeats=2 --output-dir "$T/exp" > /dev/null 2>&1 || fail "repeats=2 failed"
+[ "$(grep -c '(reused)' "$T/exp/report.md")" = 9 ] || fail "repeats=2 did not reuse the nine runs"
+grep -q "## Across seeds" "$T/exp/report.md" || fail "no summary across seeds"
+grep -q "(mean of 2 seeds)" "$T/exp/report.md" || fail "the goals do not read the means"
+for f in mxfp4 nvfp4; do
+  cmp -s <(grep -o '"prompt":"[^"]*"' "$T/exp/ptq-$f/tasks/step-0.jsonl") \
+    <(grep -o '"prompt":"[^"]*"' "$T/exp/ptq-$f-seed1235/tasks/step-0.jsonl") ||
+    fail "the second seed graded other task items ($f)"
+done
+python3 - "$T/exp/report.csv" <<'PY'
+import csv, math, sys
+by = {r["run"]: r for r in csv.DictReader(open(sys.argv[1]))}
+assert len(by) == 15, sorted(by)
+for f in ("mxfp4", "nvfp4"):
+    for rec in ("ptq", "qat", "qad"):
+        assert by[f"{rec}-{f}"]["seed"] == "1234" and by[f"{rec}-{f}-seed1235"]["seed"] == "1235"
+sft, ptq, qad = (float(by[n]["val_loss"]) for n in ("sft", "ptq-nvfp4-seed1235", "qad-nvfp4-seed1235"))
+assert math.isclose(float(by["qad-nvfp4-seed1235"]["gap_recovered"]), (ptq - qad) / (ptq - sft), rel_tol=1e-3, abs_tol=1e-3)
+PY
+
 # Bad input: exit 2 with a message, nothing written.
 set +e
 "$BIN" experiment --quick qat_stepz=3 --output-dir "$T/bad" 2> "$T/err.txt"; code=$?
