@@ -12,6 +12,7 @@ DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache git pkg-config file
   python3 python3-venv python3-dev
   qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev libxkbcommon-dev
+  libqt6opengl6-dev  # Debian 12: Qt6Charts's CMake config needs Qt6OpenGL, which qt6-charts-dev forgets
   libhdf5-dev catch2 nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libbenchmark-dev
   xvfb xauth clang-format
 )

@@ -1,0 +1,26 @@
+// Charts to image files: render a chart at a fixed pixel size (no window, any Qt platform) and
+// write PNGs atomically. Used by the experiment's plots and, later, the GUI's "save as PNG".
+#pragma once
+
+#include <QChart>
+#include <QImage>
+#include <QSize>
+
+#include <string>
+
+namespace fp4lab::widgets {
+
+// The size of a saved chart: readable in a report or on a slide.
+constexpr int kPlotWidth = 1200, kPlotHeight = 700;
+
+// Lays the chart out at `size` (device pixels, ratio 1) and paints it on a white image. The chart
+// keeps that geometry afterwards, so chart.plotArea() is where the data went in the image. Needs a
+// QApplication (ensureApplication()).
+QImage renderChart(QChart& chart, QSize size = QSize(kPlotWidth, kPlotHeight));
+
+// Encodes `image` as PNG and writes it under a temporary name in the same folder, then renames it
+// over `path` (QSaveFile): `path` holds either its old content or the complete new image, never a
+// partial one. Throws fp4lab::Error naming the file.
+void savePngAtomically(const QImage& image, const std::string& path);
+
+}  // namespace fp4lab::widgets
