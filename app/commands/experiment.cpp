@@ -9,8 +9,37 @@
 #include "fp4lab/error.h"
 #include "fp4lab/run/experiment.h"
 #include "progress.h"
+#ifdef FP4LAB_WITH_WIDGETS
+#include "fp4lab/widgets/experiment_plots.h"
+#include "model/files.h"
+#endif
 
 namespace fp4lab::cli {
+
+#ifdef FP4LAB_WITH_WIDGETS
+namespace {
+
+// Draws the runs' curves into DIR/report/*.png and returns the report with a "## Plots" section
+// linking them (paths relative to DIR), after writing it over DIR/report.md (atomically).
+std::string addPlots(const run::ExperimentResult& result, const std::string& dir) {
+  std::vector<widgets::PlotRun> runs;
+  for (const auto& r : result.runs) runs.push_back({r.name, r.runDir, r.group});
+  const widgets::ExperimentPlots plots =
+      widgets::renderExperimentPlots(model::files::join(dir, "report"), runs);
+  std::string md = result.reportMarkdown + "\n## Plots\n\n";
+  for (const auto& p : plots.plots) md += "![" + p.title + "](report/" + p.fileName + ")\n\n";
+  for (const auto& w : plots.warnings) {
+    std::fprintf(stderr, "fp4lab: warning: %s\n", w.c_str());
+    md += "- " + w + "\n";
+  }
+  if (!plots.warnings.empty()) md += "\n";
+  md.pop_back();  // one newline at the end, as the report without plots
+  model::files::writeFileAtomically(model::files::join(dir, "report.md"), md);
+  return md;
+}
+
+}  // namespace
+#endif
 
 int runExperiment(const std::vector<std::string>& argv) {
   Args args("experiment", argv, {"config", "output-dir"}, {"quick", "w4a16", "help"});
@@ -23,11 +52,17 @@ int runExperiment(const std::vector<std::string>& argv) {
         "From the built-in base model: SFT in BF16 on the two built-in tasks, then PTQ, QAT and\n"
         "QAD from the SFT model in MXFP4 and NVFP4 (W4A4; --w4a16 for weights only), and QAT\n"
         "straight from the base model. Every stage is a run folder under DIR (default\n"
-        "runs/experiment-<utc>); DIR/report.md and DIR/report.csv compare them. Running again\n"
+        "runs/experiment-<utc>); DIR/report.md and DIR/report.csv compare them%s. Running again\n"
         "with the same DIR reuses the runs that finished. --quick is the small variant the tests\n"
         "use. Keys (YAML or key=value): sft_steps, sft_lr, qat_steps, qat_lr, qad_steps, qad_lr,\n"
         "batch_size, seq_len, task_items, formats, threads, seed, ... (docs/user-guide.md).\n",
-        usage);
+        usage,
+#ifdef FP4LAB_WITH_WIDGETS
+        ",\nand DIR/report/ holds PNG plots of the curves (linked from report.md)"
+#else
+        ""
+#endif
+    );
     return 0;
   }
   run::ExperimentConfig config =
@@ -68,9 +103,23 @@ int runExperiment(const std::vector<std::string>& argv) {
   };
   std::fprintf(stderr, "experiment folder: %s\n", options.dir.c_str());
   run::ExperimentResult result = run::runExperiment(config, options);
-  std::printf("%s\n", result.reportMarkdown.c_str());
+  std::string report = result.reportMarkdown;
+#ifdef FP4LAB_WITH_WIDGETS
+  try {
+    report = addPlots(result, options.dir);
+  } catch (const Error&) {
+    // The tables are written and worth seeing; the error still fails the command (exit 2), and a
+    // rerun with the same DIR reuses every run and only redraws.
+    std::printf("%s\n", report.c_str());
+    throw;
+  }
+#endif
+  std::printf("%s\n", report.c_str());
   std::fprintf(stderr, "report: %s/report.md and %s/report.csv (%s)\n", options.dir.c_str(),
                options.dir.c_str(), duration(result.seconds).c_str());
+#ifdef FP4LAB_WITH_WIDGETS
+  std::fprintf(stderr, "plots: %s/report/*.png\n", options.dir.c_str());
+#endif
   return 0;
 }
 

@@ -47,6 +47,27 @@ PY
 grep -q "## Goals" "$T/exp/report.md" || fail "no goals in the report"
 grep -q "QAD nvfp4 recovers" "$T/exp/report.md" || fail "no QAD goal in the report"
 
+# Built with the Qt widgets, the report links its PNG plots (1200x700, drawn with no display);
+# a headless build writes none.
+PLOTS="training_loss val_loss val_kl layer_error_ptq"
+check_plots() {
+  if [ "${FP4LAB_WITH_PLOTS:-0}" = 1 ]; then
+    grep -q "^## Plots" "$T/exp/report.md" || fail "no plots section in the report"
+    for p in $PLOTS; do
+      grep -q "](report/$p.png)" "$T/exp/report.md" || fail "report.md does not link $p.png"
+      python3 -c "import struct,sys; d=open(sys.argv[1],'rb').read(24); \
+        assert d[:8]==b'\x89PNG\r\n\x1a\n' and struct.unpack('>II', d[16:24])==(1200,700)" \
+        "$T/exp/report/$p.png" || fail "report/$p.png is not a 1200x700 PNG"
+    done
+    [ "$(ls "$T/exp/report" | sort | tr '\n' ' ')" = "layer_error_ptq.png training_loss.png val_kl.png val_loss.png " ] ||
+      fail "unexpected files in report/: $(ls "$T/exp/report")"
+  else
+    [ ! -e "$T/exp/report" ] || fail "a build without the widgets wrote plots"
+    ! grep -q "^## Plots" "$T/exp/report.md" || fail "a build without the widgets links plots"
+  fi
+}
+check_plots
+
 # A second invocation reuses every finished run.
 "$BIN" experiment --quick threads=1 --output-dir "$T/exp" > /dev/null 2>&1 || fail "rerun failed"
 [ "$(grep -c '(reused)' "$T/exp/report.md")" = 9 ] || fail "finished runs were not reused"
@@ -57,6 +78,7 @@ grep -q "QAD nvfp4 recovers" "$T/exp/report.md" || fail "no QAD goal in the repo
 [ "$(grep -c '(reused)' "$T/exp/report.md")" = 9 ] || fail "repeats=2 did not reuse the nine runs"
 grep -q "## Across seeds" "$T/exp/report.md" || fail "no summary across seeds"
 grep -q "(mean of 2 seeds)" "$T/exp/report.md" || fail "the goals do not read the means"
+check_plots
 for f in mxfp4 nvfp4; do
   cmp -s <(grep -o '"prompt":"[^"]*"' "$T/exp/ptq-$f/tasks/step-0.jsonl") \
     <(grep -o '"prompt":"[^"]*"' "$T/exp/ptq-$f-seed1235/tasks/step-0.jsonl") ||
