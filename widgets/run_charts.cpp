@@ -260,18 +260,20 @@ void updateCurveChart(QChart& chart, const CurveChartSpec& spec,
       delete s;
     }
   }
-  // A run's legend entry counts its repeats.
+  // A run's legend entry counts its repeats; the title says how they are drawn.
   for (const RunCurves& run : runs) {
     if (run.isRepeat()) continue;
     QLineSeries* series = findSeries(chart, kRunPrefix + QString::fromStdString(run.name));
     if (!series) continue;
     const auto n = repeats.find(run.name);
-    series->setName(QString::fromStdString(run.name) +
-                    (n == repeats.end() ? QString()
-                                        : QStringLiteral(" (+%1 seed%2, dashed)")
-                                              .arg(n->second)
-                                              .arg(n->second > 1 ? "s" : "")));
+    series->setName(
+        QString::fromStdString(run.name) +
+        (n == repeats.end()
+             ? QString()
+             : QStringLiteral(" (+%1 seed%2)").arg(n->second).arg(n->second > 1 ? "s" : "")));
   }
+  chart.setTitle(spec.title +
+                 (repeats.empty() ? QString() : QStringLiteral(" (dashed: other run seeds)")));
 
   xAxis->setRange(0, xMax > 0 ? xMax : 1);
   xAxis->applyNiceNumbers();

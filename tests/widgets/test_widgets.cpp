@@ -404,13 +404,14 @@ TEST_CASE("repeats at other seeds are dashed in their run's colour and counted i
   const auto chart = makeCurveChart(valLossChartSpec(), curves);
   renderChart(*chart);  // legend markers are visible only once laid out
   CHECK(chartRuns(*chart) == std::vector<std::string>{"qat-mxfp4", "qat-mxfp4-seed1235"});
+  CHECK(chart->title() == "Validation loss (dashed: other run seeds)");
   for (QAbstractSeries* s : chart->series()) {
     auto* line = qobject_cast<QLineSeries*>(s);
     REQUIRE(line);
     CHECK(line->pen().color() == runColour("qat-mxfp4"));
     const bool repeat = s->objectName() == "run:qat-mxfp4-seed1235";
     CHECK((line->pen().style() == Qt::DashLine) == repeat);
-    if (!repeat) CHECK(line->name() == "qat-mxfp4 (+1 seed, dashed)");
+    if (!repeat) CHECK(line->name() == "qat-mxfp4 (+1 seed)");
     const auto markers = chart->legend()->markers(s);
     REQUIRE(markers.size() == 1);
     CHECK(markers[0]->isVisible() == !repeat);
