@@ -1,9 +1,10 @@
 // A fresh folder under the system's temporary directory, removed with everything in it at the end
-// of the scope. For engine tests that write run folders.
+// of the scope. For tests that write files: run folders, logs, plots.
 #pragma once
 
 #include <filesystem>
 #include <random>
+#include <system_error>
 #include <string>
 
 namespace fp4lab::testing {
@@ -15,7 +16,11 @@ struct TempDir {
         std::filesystem::temp_directory_path() / (prefix + std::to_string(std::random_device{}()));
     std::filesystem::create_directories(path);
   }
-  ~TempDir() { std::filesystem::remove_all(path); }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 };

@@ -25,12 +25,12 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <random>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../engine/temp_dir.h"
 #include "fp4lab/error.h"
 #include "fp4lab/log/run_log.h"
 #include "fp4lab/widgets/chart_export.h"
@@ -53,24 +53,7 @@ namespace {
 const std::vector<std::string> kPlotFiles = {"training_loss.png", "val_loss.png", "val_kl.png",
                                              "layer_error_ptq.png"};
 
-// A fresh folder per test case, removed with everything in it afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device device;
-    m_path = fs::temp_directory_path() /
-             ("fp4lab-widgets-" + std::to_string(::getpid()) + "-" + std::to_string(device()));
-    fs::create_directories(m_path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(m_path, ignored);
-  }
-  std::string path(const std::string& name) const { return (m_path / name).string(); }
-
- private:
-  fs::path m_path;
-};
+using TempDir = fp4lab::testing::TempDir;
 
 // A run as the experiment writes it, with known curves: the training loss decays from 1 to
 // `lossEnd`, an evaluation every 10 steps (one at step 0 for a run without steps), val_kl when
@@ -88,7 +71,7 @@ const std::vector<std::string> kLayers = {
     "model.layers.1.self_attn.q_proj", "model.layers.1.mlp.down_proj"};
 
 std::string writeRun(const TempDir& dir, const SyntheticRun& run) {
-  const std::string runDir = dir.path(run.name);
+  const std::string runDir = dir.file(run.name);
   fs::create_directories(runDir);
   RootAttributes attributes;
   attributes.runId = run.name;
@@ -218,7 +201,7 @@ TEST_CASE(
     "[widgets][plots]") {
   TempDir dir;
   const std::vector<PlotRun> runs = writeRuns(dir, experimentRuns());
-  const std::string out = dir.path("report");
+  const std::string out = dir.file("report");
   const ExperimentPlots plots = renderExperimentPlots(out, runs);
   CHECK(plots.warnings.empty());
   REQUIRE(plots.plots.size() == kPlotFiles.size());
@@ -272,7 +255,7 @@ TEST_CASE("a run without training steps adds no series to the curve charts", "[w
   }
 
   const ExperimentPlots plots =
-      renderExperimentPlots(dir.path("report"), {{"qat-mxfp4", trained}, {"ptq-nvfp4", untrained}});
+      renderExperimentPlots(dir.file("report"), {{"qat-mxfp4", trained}, {"ptq-nvfp4", untrained}});
   const RenderedPlot* plot = findPlot(plots, "val_loss.png");
   REQUIRE(plot);
   const QImage image = loadPlot(*plot);
@@ -289,11 +272,11 @@ TEST_CASE("a missing or unreadable log skips that run with a warning, and no par
   std::vector<PlotRun> runs = writeRuns(dir, experimentRuns());
   // qat-mxfp4's folder without its log, and a log that is not HDF5.
   fs::remove(runs[2].runDir + "/log.h5");
-  fs::create_directories(dir.path("garbage"));
-  std::ofstream(dir.path("garbage/log.h5")) << "not an HDF5 file";
-  runs.push_back({"garbage", dir.path("garbage")});
+  fs::create_directories(dir.file("garbage"));
+  std::ofstream(dir.file("garbage/log.h5")) << "not an HDF5 file";
+  runs.push_back({"garbage", dir.file("garbage")});
 
-  const std::string out = dir.path("report");
+  const std::string out = dir.file("report");
   const ExperimentPlots plots = renderExperimentPlots(out, runs);
   REQUIRE(plots.warnings.size() == 2);
   CHECK_THAT(plots.warnings[0], Contains("qat-mxfp4") && Contains(runs[2].runDir + "/log.h5"));
@@ -310,15 +293,15 @@ TEST_CASE("a missing or unreadable log skips that run with a warning, and no par
 TEST_CASE("no readable log at all is an error naming the file, and nothing is written",
           "[widgets][plots]") {
   TempDir dir;
-  fs::create_directories(dir.path("sft"));
-  const std::string out = dir.path("report");
+  fs::create_directories(dir.file("sft"));
+  const std::string out = dir.file("report");
   try {
-    renderExperimentPlots(out, {{"sft", dir.path("sft")}, {"qat", dir.path("qat")}});
+    renderExperimentPlots(out, {{"sft", dir.file("sft")}, {"qat", dir.file("qat")}});
     FAIL("no error");
   } catch (const fp4lab::Error& e) {
-    CHECK(e.where() == dir.path("sft") + "/log.h5");
+    CHECK(e.where() == dir.file("sft") + "/log.h5");
     CHECK_THAT(std::string(e.what()), Contains("no run log could be read") &&
-                                          Contains(dir.path("qat") + "/log.h5") &&
+                                          Contains(dir.file("qat") + "/log.h5") &&
                                           Contains("fp4lab inspect"));
   }
   CHECK(!fs::exists(out));
@@ -331,7 +314,7 @@ TEST_CASE("rendering again replaces every PNG by a rename; a failed rendering ke
   std::vector<SyntheticRun> first = experimentRuns();
   first.erase(first.begin() + 4);  // without qad-nvfp4
   const std::vector<PlotRun> runs = writeRuns(dir, first);
-  const std::string out = dir.path("report");
+  const std::string out = dir.file("report");
   renderExperimentPlots(out, runs);
   std::map<std::string, ino_t> inodes;
   for (const auto& f : kPlotFiles) inodes[f] = inode(out + "/" + f);
@@ -353,7 +336,7 @@ TEST_CASE("rendering again replaces every PNG by a rename; a failed rendering ke
   CHECK(countColour(loadPlot(*loss), plotArea(*loss), runColour("qad-nvfp4")) > 100);
 
   // A rendering that fails (no log readable) leaves every file as it was.
-  CHECK_THROWS_AS(renderExperimentPlots(out, {{"sft", dir.path("nowhere")}}), fp4lab::Error);
+  CHECK_THROWS_AS(renderExperimentPlots(out, {{"sft", dir.file("nowhere")}}), fp4lab::Error);
   for (const auto& f : kPlotFiles) {
     INFO(f);
     CHECK(inode(out + "/" + f) == inodes[f]);
@@ -366,21 +349,21 @@ TEST_CASE("a PNG that cannot be written is an error naming it, and the old file 
           "[widgets][plots]") {
   TempDir dir;
   ensureApplication();
-  const std::string path = dir.path("chart.png");
+  const std::string path = dir.file("chart.png");
   QImage image(20, 10, QImage::Format_ARGB32);
   image.fill(Qt::red);
   savePngAtomically(image, path);
   const std::string before = readBytes(path);
   CHECK(QImage(QString::fromStdString(path)).size() == QSize(20, 10));
   try {
-    savePngAtomically(image, dir.path("missing-folder/chart.png"));
+    savePngAtomically(image, dir.file("missing-folder/chart.png"));
     FAIL("no error");
   } catch (const fp4lab::Error& e) {
-    CHECK(e.where() == dir.path("missing-folder/chart.png"));
+    CHECK(e.where() == dir.file("missing-folder/chart.png"));
   }
   CHECK_THROWS_AS(savePngAtomically(QImage(), path), fp4lab::Error);
   CHECK(readBytes(path) == before);
-  CHECK(filesIn(dir.path("")) == std::set<std::string>{"chart.png"});
+  CHECK(filesIn(dir.file("")) == std::set<std::string>{"chart.png"});
 }
 
 TEST_CASE("repeats at other seeds are dashed in their run's colour and counted in its legend entry",
@@ -417,7 +400,7 @@ TEST_CASE("repeats at other seeds are dashed in their run's colour and counted i
     CHECK(markers[0]->isVisible() == !repeat);
   }
 
-  const ExperimentPlots plots = renderExperimentPlots(dir.path("report"), runs);
+  const ExperimentPlots plots = renderExperimentPlots(dir.file("report"), runs);
   const RenderedPlot* layers = findPlot(plots, "layer_error_ptq.png");
   REQUIRE(layers);
   CHECK(layers->runs == std::vector<std::string>{"ptq-mxfp4"});  // PTQ's repeats add nothing
@@ -462,7 +445,7 @@ int lineSeriesPoints(QChart& chart, const std::string& run) {
 
 TEST_CASE("a chart follows a log that another process is writing", "[widgets][live]") {
   TempDir dir;
-  const std::string path = dir.path("log.h5");
+  const std::string path = dir.file("log.h5");
   Pipe toParent, toChild;
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
@@ -607,7 +590,7 @@ TEST_CASE("without a display, the application runs offscreen", "[.headless]") {
   CHECK(!std::getenv("QT_QPA_PLATFORM"));  // chosen on the command line, not for child processes
   TempDir dir;
   const ExperimentPlots plots =
-      renderExperimentPlots(dir.path("report"), writeRuns(dir, experimentRuns()));
+      renderExperimentPlots(dir.file("report"), writeRuns(dir, experimentRuns()));
   CHECK(plots.plots.size() == kPlotFiles.size());
 }
 
@@ -618,7 +601,7 @@ TEST_CASE("with an unreachable display, plots are still drawn offscreen", "[.sta
   REQUIRE(!std::getenv("QT_QPA_PLATFORM"));
   TempDir dir;
   const ExperimentPlots plots =
-      renderExperimentPlots(dir.path("report"), writeRuns(dir, experimentRuns()));
+      renderExperimentPlots(dir.file("report"), writeRuns(dir, experimentRuns()));
   CHECK(qtPlatformName() == "offscreen");
   CHECK(plots.plots.size() == kPlotFiles.size());
 }

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "fp4lab/error.h"
 #include "fp4lab/log/run_log.h"
 
@@ -40,24 +41,7 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kNaND = std::numeric_limits<double>::quiet_NaN();
 
-// A fresh folder per test case, removed with everything in it afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device device;
-    m_path = fs::temp_directory_path() /
-             ("fp4lab-log-" + std::to_string(::getpid()) + "-" + std::to_string(device()));
-    fs::create_directories(m_path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(m_path, ignored);
-  }
-  std::string file(const std::string& name) const { return (m_path / name).string(); }
-
- private:
-  fs::path m_path;
-};
+using TempDir = fp4lab::testing::TempDir;
 
 RootAttributes attributes() {
   RootAttributes a;
