@@ -2,7 +2,8 @@
 # The README's main job: installs what is missing, builds, and runs the built-in experiment from
 # the shipped tiny base model: SFT in BF16, then PTQ, QAT and QAD to MXFP4 and NVFP4, and QAT
 # straight from the base model (`fp4lab experiment`). Prints the report; the run folders, their
-# logs and report.md / report.csv stay in $FP4LAB_EXPERIMENT_DIR (default build/experiment).
+# logs, report.md / report.csv and the PNG plots in report/ stay in $FP4LAB_EXPERIMENT_DIR
+# (default build/experiment).
 # Extra arguments go to `fp4lab experiment` (e.g. --quick, --w4a16, qat_steps=200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
