@@ -6,7 +6,9 @@
 #include <QImage>
 #include <QString>
 
+#include <algorithm>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "fp4lab/error.h"
@@ -37,6 +39,7 @@ ExperimentPlots renderExperimentPlots(const std::string& outDir, const std::vect
   std::vector<RunCurves> curves;
   std::vector<std::string> failures;
   std::string firstFailure;
+  std::set<std::string> fromBase;
   for (const PlotRun& run : runs) {
     const std::string path =
         QDir(QString::fromStdString(run.runDir)).filePath(QStringLiteral("log.h5")).toStdString();
@@ -47,6 +50,7 @@ ExperimentPlots renderExperimentPlots(const std::string& outDir, const std::vect
       try {
         curves.push_back(readRunCurves(run.name, path));
         curves.back().group = run.group;
+        if (run.from == "base") fromBase.insert(run.name);
         continue;
       } catch (const Error& e) {
         problem = e.what();
@@ -76,6 +80,21 @@ ExperimentPlots renderExperimentPlots(const std::string& outDir, const std::vect
     ptqRuns.push_back(c);
     ptqFormats.push_back(formatName(c.format));
   }
+  // The recovery chart: QAT and QAD from the SFT model (and their repeats) as curves, the SFT
+  // model and each PTQ run (not its repeats) as levels.
+  std::vector<RunCurves> recoveryRuns;
+  std::vector<std::string> levels;
+  for (const RunCurves& c : curves) {
+    if ((c.recipe == "qat" || c.recipe == "qad") && !fromBase.count(c.name))
+      recoveryRuns.push_back(c);
+    if ((c.recipe == "sft" && c.lastTrainStep() > 0) || (c.recipe == "ptq" && !c.isRepeat())) {
+      recoveryRuns.push_back(c);
+      levels.push_back(c.name);
+    }
+  }
+  if (std::none_of(recoveryRuns.begin(), recoveryRuns.end(),
+                   [](const RunCurves& c) { return c.recipe == "qat" || c.recipe == "qad"; }))
+    recoveryRuns.clear();  // levels alone compare nothing: no chart
   LayerChartSpec layerSpec = layerErrorChartSpec();
   layerSpec.title = QStringLiteral("Weight quantization error per layer after PTQ") +
                     (ptqFormats.empty() ? QString()
@@ -91,6 +110,8 @@ ExperimentPlots renderExperimentPlots(const std::string& outDir, const std::vect
                     makeCurveChart(trainLossChartSpec(), curves)});
   charts.push_back({"val_loss.png", "no run with training steps logged val_loss",
                     makeCurveChart(valLossChartSpec(), curves)});
+  charts.push_back({"val_loss_recovery.png", "no QAT or QAD run from the SFT model logged val_loss",
+                    makeCurveChart(recoveryChartSpec(levels), recoveryRuns)});
   charts.push_back({"val_kl.png", "no run with training steps logged val_kl (KL to the SFT model)",
                     makeCurveChart(valKlChartSpec(), curves)});
   charts.push_back({"layer_error_ptq.png", "no PTQ run logged per-layer rel_l2",

@@ -26,7 +26,8 @@ namespace fp4lab::widgets {
 namespace {
 
 // Object names tell a run's series apart from its faint raw curve.
-const QString kRunPrefix = QStringLiteral("run:"), kRawPrefix = QStringLiteral("raw:");
+const QString kRunPrefix = QStringLiteral("run:"), kRawPrefix = QStringLiteral("raw:"),
+              kLevelPrefix = QStringLiteral("level:");
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -136,6 +137,16 @@ CurveChartSpec valKlChartSpec() {
   return spec;
 }
 
+CurveChartSpec recoveryChartSpec(std::vector<std::string> levels) {
+  CurveChartSpec spec;
+  spec.series = "eval/val_loss";
+  spec.title = QStringLiteral("Validation loss from the SFT model: QAT and QAD against PTQ");
+  spec.yTitle = QStringLiteral("cross-entropy per token (nats)");
+  spec.logY = false;  // the levels and curves lie within a few percent of each other
+  spec.levels = std::move(levels);
+  return spec;
+}
+
 LayerChartSpec layerErrorChartSpec() {
   LayerChartSpec spec;
   spec.metric = "rel_l2";
@@ -198,10 +209,26 @@ void updateCurveChart(QChart& chart, const CurveChartSpec& spec,
   if (!xAxis || !yAxis) return;  // not a chart made by makeCurveChart
   double xMax = 0, yMin = std::numeric_limits<double>::infinity(), yMax = -yMin;
   std::set<QString> keep;
-  std::map<std::string, int> repeats;  // group -> repeats drawn
+  std::map<std::string, int> repeats;                       // group -> repeats drawn
+  std::vector<std::pair<const RunCurves*, double>> levels;  // in the order of spec.levels
 
+  for (const std::string& level : spec.levels) {
+    for (const RunCurves& run : runs) {
+      if (run.name != level || run.isRepeat()) continue;
+      const Points points = run.series(spec.series);
+      if (points.empty()) continue;
+      const double v = points.back().second;
+      if (spec.logY && !(v > 0)) continue;
+      levels.emplace_back(&run, v);
+      yMin = std::min(yMin, spec.logY ? std::log10(v) : v);
+      yMax = std::max(yMax, spec.logY ? std::log10(v) : v);
+    }
+  }
   for (const RunCurves& run : runs) {
     const QString name = QString::fromStdString(run.name);
+    if (std::find(spec.levels.begin(), spec.levels.end(), run.name) != spec.levels.end() &&
+        !run.isRepeat())
+      continue;  // drawn as a level below
     Points raw = run.series(spec.series);
     Points shown = raw;
     if (spec.smoothing > 0) {
@@ -254,6 +281,20 @@ void updateCurveChart(QChart& chart, const CurveChartSpec& spec,
       }
     }
   }
+  // The levels span the curves' steps, and come after them (drawn on top, listed last).
+  const double xEnd = xMax > 0 ? xMax : 1;
+  for (const auto& [run, v] : levels) {
+    const QString name = QString::fromStdString(run->name), key = kLevelPrefix + name;
+    keep.insert(key);
+    QPen pen(runColour(run->name));
+    pen.setWidthF(2.5);
+    pen.setDashPattern({4, 2});  // in pen widths: long dashes, so the colour reads at a glance
+    QLineSeries* series = findSeries(chart, key);
+    if (!series) series = addLineSeries(chart, key, name, pen, true);
+    series->setName(name + QStringLiteral(": ") + formatValue(v));
+    const double y = spec.logY ? std::log10(v) : v;
+    series->replace(QList<QPointF>{QPointF(0, y), QPointF(xEnd, y)});
+  }
   for (QAbstractSeries* s : chart.series()) {
     if (!keep.count(s->objectName())) {
       chart.removeSeries(s);
@@ -296,7 +337,7 @@ void updateCurveChart(QChart& chart, const CurveChartSpec& spec,
 }
 
 std::vector<std::string> chartRuns(const QChart& chart) {
-  std::vector<std::string> names;
+  std::vector<std::string> names, levels;
   for (QAbstractSeries* s : chart.series()) {
     if (auto* bars = qobject_cast<QAbstractBarSeries*>(s)) {
       for (const QBarSet* set : bars->barSets()) names.push_back(set->objectName().toStdString());
@@ -305,8 +346,13 @@ std::vector<std::string> chartRuns(const QChart& chart) {
     if (s->objectName().startsWith(kRawPrefix)) continue;
     QString name = s->objectName();
     if (name.startsWith(kRunPrefix)) name.remove(0, kRunPrefix.size());
+    if (name.startsWith(kLevelPrefix)) {
+      levels.push_back(name.remove(0, kLevelPrefix.size()).toStdString());
+      continue;
+    }
     names.push_back(name.toStdString());
   }
+  names.insert(names.end(), levels.begin(), levels.end());
   return names;
 }
 

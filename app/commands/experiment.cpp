@@ -23,7 +23,7 @@ namespace {
 // linking them (paths relative to DIR), after writing it over DIR/report.md (atomically).
 std::string addPlots(const run::ExperimentResult& result, const std::string& dir) {
   std::vector<widgets::PlotRun> runs;
-  for (const auto& r : result.runs) runs.push_back({r.name, r.runDir, r.group});
+  for (const auto& r : result.runs) runs.push_back({r.name, r.runDir, r.group, r.from});
   const widgets::ExperimentPlots plots =
       widgets::renderExperimentPlots(model::files::join(dir, "report"), runs);
   std::string md = result.reportMarkdown + "\n## Plots\n\n";

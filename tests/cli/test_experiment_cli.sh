@@ -49,7 +49,7 @@ grep -q "QAD nvfp4 recovers" "$T/exp/report.md" || fail "no QAD goal in the repo
 
 # Built with the Qt widgets, the report links its PNG plots (1200x700, drawn with no display);
 # a headless build writes none.
-PLOTS="training_loss val_loss val_kl layer_error_ptq"
+PLOTS="training_loss val_loss val_loss_recovery val_kl layer_error_ptq"
 check_plots() {
   if [ "${FP4LAB_WITH_PLOTS:-0}" = 1 ]; then
     grep -q "^## Plots" "$T/exp/report.md" || fail "no plots section in the report"
@@ -59,7 +59,7 @@ check_plots() {
         assert d[:8]==b'\x89PNG\r\n\x1a\n' and struct.unpack('>II', d[16:24])==(1200,700)" \
         "$T/exp/report/$p.png" || fail "report/$p.png is not a 1200x700 PNG"
     done
-    [ "$(ls "$T/exp/report" | sort | tr '\n' ' ')" = "layer_error_ptq.png training_loss.png val_kl.png val_loss.png " ] ||
+    [ "$(ls "$T/exp/report" | sort | tr '\n' ' ')" = "layer_error_ptq.png training_loss.png val_kl.png val_loss.png val_loss_recovery.png " ] ||
       fail "unexpected files in report/: $(ls "$T/exp/report")"
   else
     [ ! -e "$T/exp/report" ] || fail "a build without the widgets wrote plots"

@@ -50,7 +50,8 @@ using namespace fp4lab::widgets;
 
 namespace {
 
-const std::vector<std::string> kPlotFiles = {"training_loss.png", "val_loss.png", "val_kl.png",
+const std::vector<std::string> kPlotFiles = {"training_loss.png", "val_loss.png",
+                                             "val_loss_recovery.png", "val_kl.png",
                                              "layer_error_ptq.png"};
 
 using TempDir = fp4lab::testing::TempDir;
@@ -129,7 +130,9 @@ std::vector<SyntheticRun> experimentRuns() {
 
 std::vector<PlotRun> writeRuns(const TempDir& dir, const std::vector<SyntheticRun>& runs) {
   std::vector<PlotRun> out;
-  for (const auto& r : runs) out.push_back({r.name, writeRun(dir, r)});
+  // As the experiment says where each run started: SFT from the base model, the rest from SFT.
+  for (const auto& r : runs)
+    out.push_back({r.name, writeRun(dir, r), "", r.recipe == "sft" ? "base" : "sft"});
   return out;
 }
 
@@ -166,6 +169,12 @@ QRect plotArea(const RenderedPlot& plot) {
   return QRect(plot.plotX, plot.plotY, plot.plotWidth, plot.plotHeight);
 }
 
+std::string joinedWarnings(const ExperimentPlots& plots) {
+  std::string all;
+  for (const auto& w : plots.warnings) all += w + "\n";
+  return all;
+}
+
 std::set<std::string> filesIn(const std::string& folder) {
   std::set<std::string> names;
   for (const auto& entry : fs::directory_iterator(folder))
@@ -188,6 +197,8 @@ ino_t inode(const std::string& path) {
 const std::map<std::string, std::vector<std::string>> kExpectedRuns = {
     {"training_loss.png", {"sft", "qat-mxfp4", "qad-nvfp4"}},
     {"val_loss.png", {"sft", "qat-mxfp4", "qad-nvfp4"}},
+    // Curves first, then the levels of the SFT model and the PTQ runs.
+    {"val_loss_recovery.png", {"qat-mxfp4", "qad-nvfp4", "sft", "ptq-mxfp4", "ptq-nvfp4"}},
     {"val_kl.png", {"qat-mxfp4", "qad-nvfp4"}},
     {"layer_error_ptq.png", {"ptq-mxfp4", "ptq-nvfp4"}},
 };
@@ -264,6 +275,62 @@ TEST_CASE("a run without training steps adds no series to the curve charts", "[w
   // Its per-layer data would be plotted in layer_error_ptq.png, but this PTQ run logged none.
   CHECK(!findPlot(plots, "layer_error_ptq.png"));
   CHECK(plots.warnings.size() == 1);
+}
+
+TEST_CASE("the recovery chart: QAT and QAD from the SFT model against SFT and PTQ levels",
+          "[widgets][plots]") {
+  TempDir dir;
+  std::vector<PlotRun> runs = writeRuns(dir, experimentRuns());
+  // QAT straight from the base model is no recovery from PTQ: it stays out of this chart.
+  runs.push_back({"qat-from-base-mxfp4",
+                  writeRun(dir, {"qat-from-base-mxfp4", "qat", "MXFP4", 90, 0.02, true, {}}), "",
+                  "base"});
+  ensureApplication();
+  std::vector<RunCurves> curves;
+  for (const PlotRun& r : runs) curves.push_back(readRunCurves(r.name, r.runDir + "/log.h5"));
+  const auto chart = makeCurveChart(recoveryChartSpec({"sft", "ptq-mxfp4", "ptq-nvfp4"}),
+                                    {curves[0], curves[1], curves[2], curves[3], curves[4]});
+  CHECK(chartRuns(*chart) ==
+        std::vector<std::string>{"qat-mxfp4", "qad-nvfp4", "sft", "ptq-mxfp4", "ptq-nvfp4"});
+  // A level is the run's last validation loss across the curves' steps (0 to 60), named with it.
+  std::map<std::string, QList<QPointF>> points;
+  std::map<std::string, QString> names;
+  for (QAbstractSeries* s : chart->series()) {
+    auto* line = qobject_cast<QLineSeries*>(s);
+    REQUIRE(line);
+    points[s->objectName().toStdString()] = line->points();
+    names[s->objectName().toStdString()] = line->name();
+  }
+  // writeRun: val_loss = 1.2 * lossEnd at the last evaluation.
+  struct Level {
+    std::string run;
+    double value;
+    std::string legend;
+  };
+  for (const auto& [run, value, legend] :
+       std::vector<Level>{{"sft", 0.06, "sft: 0.06"}, {"ptq-mxfp4", 0.096, "ptq-mxfp4: 0.096"}}) {
+    INFO(run);
+    const QList<QPointF>& level = points.at("level:" + run);
+    REQUIRE(level.size() == 2);
+    CHECK(level[0].x() == 0);
+    CHECK(level[1].x() == 60);
+    CHECK(level[0].y() == Approx(value));
+    CHECK(level[1].y() == Approx(value));
+    CHECK(names.at("level:" + run).toStdString() == legend);
+  }
+  CHECK(points.count("run:sft") == 0);  // a level, not a curve
+
+  const ExperimentPlots plots = renderExperimentPlots(dir.file("report"), runs);
+  const RenderedPlot* plot = findPlot(plots, "val_loss_recovery.png");
+  REQUIRE(plot);
+  CHECK(plot->runs == kExpectedRuns.at("val_loss_recovery.png"));
+  CHECK(countColour(loadPlot(*plot), plotArea(*plot), runColour("qat-from-base-mxfp4")) < 10);
+
+  // Levels alone compare nothing: without QAT or QAD runs there is no recovery chart.
+  const ExperimentPlots levelsOnly =
+      renderExperimentPlots(dir.file("levels"), {runs[0], runs[1], runs[3]});
+  CHECK(findPlot(levelsOnly, "val_loss_recovery.png") == nullptr);
+  CHECK_THAT(joinedWarnings(levelsOnly), Contains("val_loss_recovery.png"));
 }
 
 TEST_CASE("a missing or unreadable log skips that run with a warning, and no partial PNG is left",

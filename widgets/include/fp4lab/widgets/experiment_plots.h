@@ -1,7 +1,8 @@
 // The built-in experiment's plots as PNG files: training loss, validation loss and KL to the SFT
-// model against the step (one curve per run), and the per-layer weight error of the PTQ runs
-// (MXFP4 against NVFP4; from the runs that are not repeats). Plain C++ interface, so the app can
-// call it without Qt headers.
+// model against the step (one curve per run); the validation loss of QAT and QAD from the SFT
+// model against the levels of the SFT model and of PTQ (the gap each recovers); and the per-layer
+// weight error of the PTQ runs (MXFP4 against NVFP4; from the runs that are not repeats). Plain C++
+// interface, so the app can call it without Qt headers.
 #pragma once
 
 #include <string>
@@ -12,14 +13,21 @@ namespace fp4lab::widgets {
 
 struct PlotRun {
   PlotRun() = default;
-  PlotRun(std::string runName, std::string folder, std::string repeatOf = {})
-      : name(std::move(runName)), runDir(std::move(folder)), group(std::move(repeatOf)) {}
+  PlotRun(std::string runName, std::string folder, std::string repeatOf = {},
+          std::string startedFrom = {})
+      : name(std::move(runName)),
+        runDir(std::move(folder)),
+        group(std::move(repeatOf)),
+        from(std::move(startedFrom)) {}
 
   std::string name;    // sft, qat-mxfp4, qat-mxfp4-seed1235, ... (legend entry)
   std::string runDir;  // the run folder, holding log.h5
   // The run it repeats at another seed (qat-mxfp4 for qat-mxfp4-seed1235): drawn in that run's
   // colour, thin and dashed, without a legend entry of its own. Empty: the run itself.
   std::string group;
+  // The model it started from: "sft", "base" (QAT straight from the base model, left out of the
+  // recovery chart), or empty (unknown: treated as from the SFT model).
+  std::string from;
 };
 
 struct RenderedPlot {

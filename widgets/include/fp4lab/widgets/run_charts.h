@@ -26,11 +26,18 @@ struct CurveChartSpec {
   // Runs without training steps (PTQ, the base model's evaluation) get no curve: a run's curve
   // starts when it trains. A run with a single point shows it as a dot.
   bool skipRunsWithoutSteps = true;
+  // Runs drawn as a level instead of a curve: a dashed horizontal line at the last value of the
+  // series across the chart, its legend entry "name: value". The references the curves are read
+  // against (the BF16 model and PTQ under QAT and QAD); with or without training steps.
+  std::vector<std::string> levels;
 };
 
 CurveChartSpec trainLossChartSpec();  // "train/loss", smoothed, log y
 CurveChartSpec valLossChartSpec();    // "eval/val_loss", log y
 CurveChartSpec valKlChartSpec();      // "eval/val_kl", log y
+// "eval/val_loss" on a linear axis, for the runs from the SFT model against the levels of `levels`
+// (normally sft and the PTQ runs): how much of PTQ's loss each QAT and QAD run gets back.
+CurveChartSpec recoveryChartSpec(std::vector<std::string> levels);
 
 // What a per-layer chart shows: one bar per layer for each run, from its last /quant row.
 struct LayerChartSpec {
@@ -59,7 +66,8 @@ void updateCurveChart(QChart& chart, const CurveChartSpec& spec,
 std::unique_ptr<QChart> makeLayerChart(const LayerChartSpec& spec,
                                        const std::vector<RunCurves>& runs);
 
-// Names of the runs drawn in a chart: its line series (raw curves not counted) or bar sets.
+// Names of the runs drawn in a chart: its curves, then its levels (raw curves not counted), or its
+// bar sets.
 std::vector<std::string> chartRuns(const QChart& chart);
 
 // Helpers, exposed for tests.
