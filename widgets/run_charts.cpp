@@ -311,7 +311,7 @@ void updateCurveChart(QChart& chart, const CurveChartSpec& spec,
         QString::fromStdString(run.name) +
         (n == repeats.end()
              ? QString()
-             : QStringLiteral(" (+%1 seed%2)").arg(n->second).arg(n->second > 1 ? "s" : "")));
+             : QStringLiteral(" \u00d7%1").arg(n->second + 1)));  // "qat-mxfp4 ×3": 3 seeds
   }
   chart.setTitle(spec.title +
                  (repeats.empty() ? QString() : QStringLiteral(" (dashed: other run seeds)")));

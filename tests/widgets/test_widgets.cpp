@@ -461,7 +461,7 @@ TEST_CASE("repeats at other seeds are dashed in their run's colour and counted i
     CHECK(line->pen().color() == runColour("qat-mxfp4"));
     const bool repeat = s->objectName() == "run:qat-mxfp4-seed1235";
     CHECK((line->pen().style() == Qt::DashLine) == repeat);
-    if (!repeat) CHECK(line->name() == "qat-mxfp4 (+1 seed)");
+    if (!repeat) CHECK(line->name() == QStringLiteral("qat-mxfp4 \u00d72"));  // two seeds
     const auto markers = chart->legend()->markers(s);
     REQUIRE(markers.size() == 1);
     CHECK(markers[0]->isVisible() == !repeat);

@@ -56,7 +56,7 @@ std::unique_ptr<QChart> makeCurveChart(const CurveChartSpec& spec,
 // Replaces the data of every run's series with one replace() each (adding series for runs that
 // now have points), and refits the axes. For live plots: call after each poll(). Repeats of a run
 // at other seeds (RunCurves::group) are thin dashed lines in its colour, counted in its legend
-// entry ("qat-mxfp4 (+2 seeds)") instead of having their own; the title then says so.
+// entry ("qat-mxfp4 ×3": three seeds) instead of having their own; the title then says so.
 void updateCurveChart(QChart& chart, const CurveChartSpec& spec,
                       const std::vector<RunCurves>& runs);
 
