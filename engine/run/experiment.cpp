@@ -123,8 +123,8 @@ std::vector<ExperimentSummary> summarize(const std::vector<ExperimentRun>& runs)
       for (const ExperimentRun* m : members) v.push_back(get(*m));
       return v;
     };
-    for (const auto& [task, rate] : r.passRate) {
-      (void)rate;
+    for (const auto& entry : r.passRate) {
+      const std::string& task = entry.first;  // (a structured binding cannot be captured in C++17)
       std::tie(s.mean.passRate[task], s.passRateSd[task]) =
           meanSd(collect([&](const ExperimentRun& m) {
             return m.passRate.count(task) ? m.passRate.at(task) : NAN;
