@@ -59,7 +59,7 @@ check_plots() {
         assert d[:8]==b'\x89PNG\r\n\x1a\n' and struct.unpack('>II', d[16:24])==(1200,700)" \
         "$T/exp/report/$p.png" || fail "report/$p.png is not a 1200x700 PNG"
     done
-    [ "$(ls "$T/exp/report" | sort | tr '\n' ' ')" = "layer_error_ptq.png training_loss.png val_kl.png val_loss.png val_loss_recovery.png " ] ||
+    [ "$(ls "$T/exp/report" | sort | tr '\n' ' ')" = "$(printf '%s.png\n' $PLOTS | sort | tr '\n' ' ')" ] ||
       fail "unexpected files in report/: $(ls "$T/exp/report")"
   else
     [ ! -e "$T/exp/report" ] || fail "a build without the widgets wrote plots"

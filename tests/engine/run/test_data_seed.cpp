@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,10 +36,8 @@ std::vector<std::vector<int32_t>> ids(const std::vector<data::Sequence>& sequenc
 std::vector<std::string> gradedPrompts(const std::string& runDir) {
   std::ifstream in(runDir + "/tasks/step-0.jsonl");
   std::vector<std::string> prompts;
-  for (std::string line; std::getline(in, line);) {
-    const size_t at = line.find("\"prompt\":");
-    prompts.push_back(line.substr(at, line.find("\",", at) - at));
-  }
+  for (std::string line; std::getline(in, line);)
+    prompts.push_back(nlohmann::json::parse(line).at("prompt").get<std::string>());
   return prompts;
 }
 
