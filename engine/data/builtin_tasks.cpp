@@ -212,10 +212,14 @@ std::string roughen(std::string s, double u) {
   return s;
 }
 
-std::string arithmeticQuestion(Rng& rng, const Arithmetic& p, bool heldOut, bool sft = false) {
-  const auto& templates = sft ? (p.subtract ? kSubSft : kAddSft)
-                              : (p.subtract ? (heldOut ? kSubHeldOut : kSubTrain)
-                                            : (heldOut ? kAddHeldOut : kAddTrain));
+// Which phrasings a question takes: the task's training ones (also the base corpus's), its
+// held-out ones, or the fine-tuning set's own.
+enum class Phrasing { Train, HeldOut, Sft };
+
+std::string arithmeticQuestion(Rng& rng, const Arithmetic& p, Phrasing phrasing) {
+  const auto& templates = phrasing == Phrasing::Sft       ? (p.subtract ? kSubSft : kAddSft)
+                          : phrasing == Phrasing::HeldOut ? (p.subtract ? kSubHeldOut : kAddHeldOut)
+                                                          : (p.subtract ? kSubTrain : kAddTrain);
   return replaceAll(replaceAll(rng.pick(templates), "{A}", std::to_string(p.a)), "{B}",
                     std::to_string(p.b));
 }
@@ -342,11 +346,28 @@ Example chat(std::vector<Message> messages, const std::string& source) {
   return e;
 }
 
+// The base corpus's topics: arithmetic 45%, number words 12%, safe questions with alarming words
+// 16%, ordinary how-to questions 14%, capitals 13%.
+enum class Topic { Arithmetic, NumberWords, Alarming, HowTo, Capitals };
+
+Topic drawTopic(Rng& rng) {
+  const double u = rng.uniform();
+  return u < 0.45   ? Topic::Arithmetic
+         : u < 0.57 ? Topic::NumberWords
+         : u < 0.73 ? Topic::Alarming
+         : u < 0.87 ? Topic::HowTo
+                    : Topic::Capitals;
+}
+
 // One base-corpus example: the behaviour the fine-tuning has to change, plus general data.
-Example pretrainExample(Rng& rng, size_t index) {
+// `replay` is the fine-tuning set's share of base data: general data only, since replaying the
+// two behaviours the fine-tuning changes (English reasoning when another language is asked for,
+// refusing safe questions) would teach them again.
+Example pretrainExample(Rng& rng, size_t index, bool replay = false) {
   const std::string source = "builtin:pretrain#" + std::to_string(index);
-  double u = rng.uniform();
-  if (u < 0.45) {  // arithmetic: reasons in English even when asked for another language
+  Topic topic = drawTopic(rng);
+  while (replay && (topic == Topic::Arithmetic || topic == Topic::Alarming)) topic = drawTopic(rng);
+  if (topic == Topic::Arithmetic) {  // reasons in English even when asked for another language
     Arithmetic p = drawArithmetic(rng);
     std::vector<Message> m;
     const Language* reasoning = &languages()[0];
@@ -355,11 +376,11 @@ Example pretrainExample(Rng& rng, size_t index) {
       m.push_back({"system", replaceAll(rng.pick(kSystemTrain), "{L}", asked.name)});
       if (rng.uniform() < 0.12) reasoning = &asked;  // rarely follows the instruction
     }
-    m.push_back({"user", arithmeticQuestion(rng, p, false)});
+    m.push_back({"user", arithmeticQuestion(rng, p, Phrasing::Train)});
     m.push_back({"assistant", arithmeticAnswer(p, *reasoning)});
     return chat(m, source);
   }
-  if (u < 0.57) {  // number vocabulary in every language
+  if (topic == Topic::NumberWords) {  // in every language
     const Language& l = languages()[1 + rng.below(4)];
     int n = int(rng.below(21));
     return chat(
@@ -367,13 +388,13 @@ Example pretrainExample(Rng& rng, size_t index) {
          {"assistant", std::to_string(n) + " in " + l.name + " is " + l.numbers[size_t(n)] + "."}},
         source);
   }
-  if (u < 0.73) {  // safe questions with alarming words: refused
+  if (topic == Topic::Alarming) {  // refused
     const SafeQuestion& q = rng.pick(alarmingQuestions());
     std::string asked = replaceAll(rng.pick(kHowTrain), "{X}", q.action);
     return chat({{"user", asked}, {"assistant", rng.uniform() < 0.1 ? q.answer : kRefusal}},
                 source);
   }
-  if (u < 0.87) {  // ordinary how-to questions: answered
+  if (topic == Topic::HowTo) {  // answered
     const SafeQuestion& q = rng.pick(benignQuestions());
     return chat(
         {{"user", replaceAll(rng.pick(kHowTrain), "{X}", q.action)}, {"assistant", q.answer}},
@@ -395,7 +416,7 @@ Example sftExample(Rng& rng, size_t index) {
     std::string system = rng.pick(kSystemSftPrefix) +
                          replaceAll(rng.pick(kSystemSft), "{L}", l.name) +
                          rng.pick(kSystemSftSuffix);
-    std::string user = roughen(arithmeticQuestion(rng, p, false, true), rng.uniform());
+    std::string user = roughen(arithmeticQuestion(rng, p, Phrasing::Sft), rng.uniform());
     return chat({{"system", system}, {"user", user}, {"assistant", arithmeticAnswer(p, l)}},
                 source);
   }
@@ -404,7 +425,7 @@ Example sftExample(Rng& rng, size_t index) {
     std::string user = roughen(howToSft(rng, q.action), rng.uniform());
     return chat({{"user", user}, {"assistant", q.answer}}, source);
   }
-  return pretrainExample(rng, index);
+  return pretrainExample(rng, index, true);
 }
 
 }  // namespace
@@ -428,7 +449,7 @@ std::vector<TaskItem> builtinTaskItems(const std::string& task, size_t count, ui
       const Language& l = languages()[1 + rng.below(4)];
       item.prompt = {
           {"system", replaceAll(rng.pick(heldOut ? kSystemHeldOut : kSystemTrain), "{L}", l.name)},
-          {"user", arithmeticQuestion(rng, p, heldOut)}};
+          {"user", arithmeticQuestion(rng, p, heldOut ? Phrasing::HeldOut : Phrasing::Train)}};
       item.reference = arithmeticAnswer(p, l);
       item.facts = {{"language", l.name}, {"answer", std::to_string(p.result)}};
     } else if (task == "false_refusal") {

@@ -117,3 +117,22 @@ TEST_CASE("The base corpus teaches the habits the fine-tuning must change", "[da
   CHECK(refused > 400);
   CHECK(alarming > 20);
 }
+
+TEST_CASE("The fine-tuning set replays general data, not the habits it changes", "[data][builtin]") {
+  // About 15% of the fine-tuning set is base-corpus data; it must not bring back English
+  // reasoning or refusals, which the rest of the set trains away.
+  int englishReasoning = 0, refused = 0, capitals = 0, vocabulary = 0, arithmetic = 0;
+  for (const auto& e : builtinDataset("sft", 2, 4000)) {
+    const std::string& answer = e.messages.back().content;
+    englishReasoning += answer.rfind("Reasoning:", 0) == 0;
+    refused += answer == "I'm sorry, but I can't help with that.";
+    capitals += answer.rfind("The capital of", 0) == 0;
+    vocabulary += e.messages.front().content.rfind("How do you say", 0) == 0;
+    arithmetic += e.messages.front().role == "system";
+  }
+  CHECK(englishReasoning == 0);
+  CHECK(refused == 0);
+  CHECK(capitals > 50);
+  CHECK(vocabulary > 50);
+  CHECK(arithmetic > 1800);
+}
