@@ -280,6 +280,10 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config) 
     for (const auto& t : tasks) s += (s.empty() ? "" : " / ") + percent(r.passRate.at(t), digits);
     return s;
   };
+  // Pass rates are counts over a few hundred items, logged as float32 and averaged over seeds: a
+  // rate exactly at a goal (285 of 300 = 95%) reads 0.94999999 and must count as met.
+  const double tolerance = 1e-6;
+  auto atLeast95 = [&](const ExperimentRun& r) { return minRate(r) >= 0.95 - tolerance; };
   result.goals.clear();
   auto goal = [&](std::string g, std::string measured, bool met) {
     result.goals.push_back({std::move(g), std::move(measured), met});
@@ -287,16 +291,15 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config) 
   const ExperimentRun* sft = find("sft");
   if (const ExperimentRun* base = find("base"))
     goal("base pass rates low (published: 16% and 30%)", rates(*base), !(minRate(*base) > 0.5));
-  if (sft) goal("SFT >= 95% on both tasks", rates(*sft), minRate(*sft) >= 0.95);
+  if (sft) goal("SFT >= 95% on both tasks", rates(*sft), atLeast95(*sft));
   for (const auto& f : splitList(config.formats)) {
     const ExperimentRun *ptq = find("ptq-" + f), *qat = find("qat-" + f), *qad = find("qad-" + f);
     if (ptq && sft)
       goal("PTQ " + f + " visibly below SFT (mean pass rate at least 5 points lower)",
            rates(*ptq) + " vs " + rates(*sft) + seeds(ptq->name),
-           meanRate(*ptq) <= meanRate(*sft) - 0.05);
+           meanRate(*ptq) <= meanRate(*sft) - 0.05 + tolerance);
     for (const ExperimentRun* r : {qat, qad})
-      if (r)
-        goal(r->name + " >= 95% on both tasks", rates(*r) + seeds(r->name), minRate(*r) >= 0.95);
+      if (r) goal(r->name + " >= 95% on both tasks", rates(*r) + seeds(r->name), atLeast95(*r));
     if (qad) {
       const double need = f == "nvfp4" ? 0.9 : 0.8;
       goal("QAD " + f + " recovers >= " + percent(need) + " of the PTQ validation-loss gap",
@@ -348,8 +351,18 @@ std::string markdownReport(const ExperimentResult& result, const ExperimentConfi
   std::ostringstream md;
   md << "# fp4lab experiment report\n\n";
   if (!commandLine.empty()) md << "Command: `" << commandLine << "`\n\n";
-  md << "Folder: `" << result.dir << "`; total time " << fixed(result.seconds, 0)
-     << " s. Quantization: " << (config.activations ? "W4A4" : "W4A16")
+  int reused = 0;
+  double runSeconds = 0;
+  for (const auto& r : result.runs) {
+    reused += r.reused;
+    if (std::isfinite(r.seconds)) runSeconds += r.seconds;
+  }
+  md << "Folder: `" << result.dir << "`; total time " << fixed(result.seconds, 0) << " s";
+  if (reused)
+    md << " (" << reused << " of " << result.runs.size()
+       << " runs reused from an earlier invocation; the runs' own times add up to "
+       << fixed(runSeconds, 0) << " s)";
+  md << ". Quantization: " << (config.activations ? "W4A4" : "W4A16")
      << " (weights and input activations of every linear layer in the transformer blocks; "
         "lm_head and embeddings stay BF16). Pass rates: greedy generation on "
      << config.taskItems << " held-out items per task.\n\n";

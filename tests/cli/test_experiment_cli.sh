@@ -71,6 +71,8 @@ check_plots
 # A second invocation reuses every finished run.
 "$BIN" experiment --quick threads=1 --output-dir "$T/exp" > /dev/null 2>&1 || fail "rerun failed"
 [ "$(grep -c '(reused)' "$T/exp/report.md")" = 9 ] || fail "finished runs were not reused"
+grep -q "total time [0-9]* s (9 of 9 runs reused from an earlier invocation; the runs' own times add up to [1-9]" \
+  "$T/exp/report.md" || fail "the report's total time does not say the runs were reused"
 
 # repeats=2 reuses those nine runs and adds PTQ, QAT and QAD at a second run seed, graded on the
 # same task items; each gap is against its own seed's PTQ, and the report summarises the seeds.

@@ -84,3 +84,40 @@ TEST_CASE("Repeated runs: gap against the same seed's PTQ, goals on the means",
 
   CHECK(result.reportCsv.find("\nqad-nvfp4-seed1235,qad,nvfp4,sft,1235,") != std::string::npos);
 }
+
+TEST_CASE("A pass rate exactly at a goal meets it, as logged (float32) and as a mean",
+          "[run][experiment]") {
+  auto rate = [](int passed) { return double(float(passed / 300.0)); };  // as the log stores it
+  auto goalMet = [](const run::ExperimentResult& result, const std::string& start) {
+    for (const auto& g : result.goals)
+      if (g.goal.rfind(start, 0) == 0) return g.met;
+    FAIL("no goal starting with " << start);
+    return false;
+  };
+  run::ExperimentConfig config;
+  config.formats = "nvfp4";
+  {
+    // One seed: SFT 285 of 300 (95%), PTQ 270 of 300 (exactly 5 points lower).
+    run::ExperimentResult result;
+    result.runs = {made("sft", "sft", 1234, 0.05, rate(285)),
+                   made("ptq-nvfp4", "ptq", 1234, 0.06, rate(270)),
+                   made("qat-nvfp4", "qat", 1234, 0.055, rate(284))};
+    run::assessExperiment(result, config);
+    CHECK(goalMet(result, "SFT >= 95%"));
+    CHECK(goalMet(result, "PTQ nvfp4 visibly below"));
+    CHECK_FALSE(goalMet(result, "qat-nvfp4 >= 95%"));  // 284 of 300 is below
+  }
+  {
+    // Three seeds at 283, 287 and 285 of 300: the mean is 285 of 300.
+    config.repeats = 3;
+    run::ExperimentResult result;
+    result.runs = {made("sft", "sft", 1234, 0.05, rate(290))};
+    const int passed[] = {283, 287, 285};
+    for (int i = 0; i < 3; ++i) {
+      result.runs.push_back(made("ptq-nvfp4", "ptq", 1234 + i, 0.06, rate(270)));
+      result.runs.push_back(made("qat-nvfp4", "qat", 1234 + i, 0.055, rate(passed[i])));
+    }
+    run::assessExperiment(result, config);
+    CHECK(goalMet(result, "qat-nvfp4 >= 95%"));
+  }
+}
