@@ -233,7 +233,13 @@ std::string ExperimentConfig::toYaml() const {
   return out;
 }
 
-void assessExperiment(ExperimentResult& result, const ExperimentConfig& config) {
+namespace {
+std::string markdownReport(const ExperimentResult& result, const ExperimentConfig& config,
+                           const std::string& commandLine);
+}  // namespace
+
+void assessExperiment(ExperimentResult& result, const ExperimentConfig& config,
+                      const std::string& commandLine) {
   for (auto& r : result.runs)
     if (r.group.empty()) r.group = r.name;
   // Gap recovered against the PTQ run of the same format and seed.
@@ -341,6 +347,7 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config) 
         << "\n";
   }
   result.reportCsv = csv.str();
+  result.reportMarkdown = markdownReport(result, config, commandLine);
 }
 
 namespace {
@@ -362,8 +369,9 @@ std::string markdownReport(const ExperimentResult& result, const ExperimentConfi
     md << " (" << reused << " of " << result.runs.size()
        << " runs reused from an earlier invocation; the runs' own times add up to "
        << fixed(runSeconds, 0) << " s)";
-  md << ". Quantization: " << (config.activations ? "W4A4" : "W4A16")
-     << " (weights and input activations of every linear layer in the transformer blocks; "
+  md << ". Quantization: "
+     << (config.activations ? "W4A4 (weights and input activations" : "W4A16 (weights only")
+     << " of every linear layer in the transformer blocks; "
         "lm_head and embeddings stay BF16). Pass rates: greedy generation on "
      << config.taskItems << " held-out items per task.\n\n";
   md << "## Runs\n\n| run | recipe | format | from |";
@@ -523,8 +531,7 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
 
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  assessExperiment(result, config);
-  result.reportMarkdown = markdownReport(result, config, options.commandLine);
+  assessExperiment(result, config, options.commandLine);
   model::files::writeFileAtomically((fs::path(options.dir) / "report.md").string(),
                                     result.reportMarkdown);
   model::files::writeFileAtomically((fs::path(options.dir) / "report.csv").string(),

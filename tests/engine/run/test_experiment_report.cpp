@@ -121,3 +121,28 @@ TEST_CASE("A pass rate exactly at a goal meets it, as logged (float32) and as a 
     CHECK(goalMet(result, "qat-nvfp4 >= 95%"));
   }
 }
+
+TEST_CASE("The markdown report says what was quantized and which runs were reused",
+          "[run][experiment]") {
+  run::ExperimentConfig config;
+  config.formats = "nvfp4";
+  run::ExperimentResult result;
+  result.runs = {made("sft", "sft", 1234, 0.05, 0.96), made("ptq-nvfp4", "ptq", 1234, 0.06, 0.90)};
+  result.runs[0].seconds = 100;
+  result.runs[1].seconds = 20;
+  result.seconds = 30;
+  run::assessExperiment(result, config, "fp4lab experiment");
+  CHECK(result.reportMarkdown.find("Command: `fp4lab experiment`") != std::string::npos);
+  CHECK(result.reportMarkdown.find("total time 30 s. Quantization: W4A4 (weights and input "
+                                   "activations of every linear layer") != std::string::npos);
+
+  config.activations = false;
+  result.runs[0].reused = true;
+  run::assessExperiment(result, config);
+  CHECK(result.reportMarkdown.find("W4A16 (weights only of every linear layer") !=
+        std::string::npos);
+  CHECK(result.reportMarkdown.find("input activations") == std::string::npos);
+  CHECK(result.reportMarkdown.find("total time 30 s (1 of 2 runs reused from an earlier "
+                                   "invocation; the runs' own times add up to 120 s)") !=
+        std::string::npos);
+}

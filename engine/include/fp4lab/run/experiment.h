@@ -99,7 +99,9 @@ struct ExperimentOptions {
 ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentOptions& options);
 
 // The report of finished runs (exposed for tests): fills gapRecovered (against the PTQ run of the
-// same format and seed), the summaries and the goals (on the means over seeds), and reportCsv.
-void assessExperiment(ExperimentResult& result, const ExperimentConfig& config);
+// same format and seed), the summaries and the goals (on the means over seeds), reportCsv and
+// reportMarkdown (which records commandLine).
+void assessExperiment(ExperimentResult& result, const ExperimentConfig& config,
+                      const std::string& commandLine = "");
 
 }  // namespace fp4lab::run
