@@ -279,11 +279,10 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config,
     for (const auto& t : tasks) s += r.passRate.count(t) ? r.passRate.at(t) : NAN;
     return s / double(tasks.size());
   };
-  // Means over seeds with a decimal, so that 94.7% does not read as a missed 95%.
+  // With a decimal, so that 284 of 300 (94.7%) does not read as a missed 95%.
   auto rates = [&](const ExperimentRun& r) {
-    const int digits = seeds(r.name).empty() ? 0 : 1;
     std::string s;
-    for (const auto& t : tasks) s += (s.empty() ? "" : " / ") + percent(r.passRate.at(t), digits);
+    for (const auto& t : tasks) s += (s.empty() ? "" : " / ") + percent(r.passRate.at(t), 1);
     return s;
   };
   // Pass rates are counts over a few hundred items, logged as float32 and averaged over seeds: a

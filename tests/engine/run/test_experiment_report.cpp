@@ -146,3 +146,21 @@ TEST_CASE("The markdown report says what was quantized and which runs were reuse
                                    "invocation; the runs' own times add up to 120 s)") !=
         std::string::npos);
 }
+
+TEST_CASE("A goal's pass rates show a decimal, so 284 of 300 does not read as 95%",
+          "[run][experiment]") {
+  run::ExperimentConfig config;
+  config.formats = "nvfp4";
+  run::ExperimentResult result;
+  result.runs = {made("sft", "sft", 1234, 0.05, double(float(284 / 300.0)))};
+  run::assessExperiment(result, config);
+  REQUIRE(!result.goals.empty());
+  bool found = false;
+  for (const auto& g : result.goals)
+    if (g.goal == "SFT >= 95% on both tasks") {
+      found = true;
+      CHECK(g.measured == "94.7% / 94.7%");
+      CHECK_FALSE(g.met);
+    }
+  CHECK(found);
+}
