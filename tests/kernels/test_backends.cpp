@@ -323,8 +323,10 @@ AllOutputs runEverything(const fp4_config& cfg, const std::vector<float>& x, Sha
   return r;
 }
 
-// The shapes: 32 chunks of 32 rows, and 3 chunks of 16 rows (fewer chunks than threads).
-const Shape kPoolShapes[] = {{1000, 2048}, {40, 8192}};
+// The shapes: 32 chunks of 32 rows, 3 chunks of 16 rows (fewer chunks than threads), and an MLP
+// weight of the built-in model, 180 K elements in 3 chunks of 96 rows, just above the size from
+// which the pool is used.
+const Shape kPoolShapes[] = {{1000, 2048}, {40, 8192}, {256, 704}};
 
 TEST_CASE("The thread pool gives the same bits for 1, 2, 3 and 4 threads", "[backends][threads]") {
   const int before = fp4_get_num_threads();
