@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 
 #include "cli.h"
 #include "fp4lab/error.h"
@@ -11,7 +12,6 @@
 #include "progress.h"
 #ifdef FP4LAB_WITH_WIDGETS
 #include "fp4lab/widgets/experiment_plots.h"
-#include "model/files.h"
 #endif
 
 namespace fp4lab::cli {
@@ -19,22 +19,20 @@ namespace fp4lab::cli {
 #ifdef FP4LAB_WITH_WIDGETS
 namespace {
 
-// Draws the runs' curves into DIR/report/*.png and returns the report with a "## Plots" section
-// linking them (paths relative to DIR), after writing it over DIR/report.md (atomically).
-std::string addPlots(const run::ExperimentResult& result, const std::string& dir) {
+// Draws the runs' curves into DIR/report/*.png; returns report.md's "## Plots" section linking
+// them (paths relative to DIR), and any run left out.
+std::string plotsSection(const run::ExperimentResult& result, const std::string& dir) {
   std::vector<widgets::PlotRun> runs;
   for (const auto& r : result.runs) runs.push_back({r.name, r.runDir, r.group, r.from});
   const widgets::ExperimentPlots plots =
-      widgets::renderExperimentPlots(model::files::join(dir, "report"), runs);
-  std::string md = result.reportMarkdown + "\n## Plots\n\n";
-  for (const auto& p : plots.plots) md += "![" + p.title + "](report/" + p.fileName + ")\n\n";
+      widgets::renderExperimentPlots((std::filesystem::path(dir) / "report").string(), runs);
+  std::string md = "\n## Plots\n";
+  for (const auto& p : plots.plots) md += "\n![" + p.title + "](report/" + p.fileName + ")\n";
+  if (!plots.warnings.empty()) md += "\n";
   for (const auto& w : plots.warnings) {
     std::fprintf(stderr, "fp4lab: warning: %s\n", w.c_str());
     md += "- " + w + "\n";
   }
-  if (!plots.warnings.empty()) md += "\n";
-  md.pop_back();  // one newline at the end, as the report without plots
-  model::files::writeFileAtomically(model::files::join(dir, "report.md"), md);
   return md;
 }
 
@@ -104,19 +102,13 @@ int runExperiment(const std::vector<std::string>& argv) {
     progress(e);
   };
   std::fprintf(stderr, "experiment folder: %s\n", options.dir.c_str());
-  run::ExperimentResult result = run::runExperiment(config, options);
-  std::string report = result.reportMarkdown;
 #ifdef FP4LAB_WITH_WIDGETS
-  try {
-    report = addPlots(result, options.dir);
-  } catch (const Error&) {
-    // The tables are written and worth seeing; the error still fails the command (exit 2), and a
-    // rerun with the same DIR reuses every run and only redraws.
-    std::printf("%s\n", report.c_str());
-    throw;
-  }
+  options.reportAppendix = [&](const run::ExperimentResult& r) {
+    return plotsSection(r, options.dir);
+  };
 #endif
-  std::printf("%s\n", report.c_str());
+  run::ExperimentResult result = run::runExperiment(config, options);
+  std::printf("%s\n", result.reportMarkdown.c_str());
   std::fprintf(stderr, "report: %s/report.md and %s/report.csv (%s)\n", options.dir.c_str(),
                options.dir.c_str(), duration(result.seconds).c_str());
 #ifdef FP4LAB_WITH_WIDGETS

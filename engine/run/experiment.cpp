@@ -257,16 +257,18 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config,
   }
   // The goals read each group's means over its seeds.
   result.summaries = summarize(result.runs);
-  auto find = [&](const std::string& name) -> const ExperimentRun* {
+  auto summary = [&](const std::string& name) -> const ExperimentSummary* {
     for (const auto& s : result.summaries)
-      if (s.mean.name == name) return &s.mean;
+      if (s.mean.name == name) return &s;
     return nullptr;
   };
+  auto find = [&](const std::string& name) -> const ExperimentRun* {
+    const ExperimentSummary* s = summary(name);
+    return s ? &s->mean : nullptr;
+  };
   auto seeds = [&](const std::string& name) {
-    for (const auto& s : result.summaries)
-      if (s.mean.name == name && s.count > 1)
-        return " (mean of " + std::to_string(s.count) + " seeds)";
-    return std::string();
+    const ExperimentSummary* s = summary(name);
+    return s && s->count > 1 ? " (mean of " + std::to_string(s->count) + " seeds)" : std::string();
   };
   const std::vector<std::string> tasks = data::builtinTaskNames();
   auto minRate = [&](const ExperimentRun& r) {
@@ -531,10 +533,21 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   assessExperiment(result, config, options.commandLine);
-  model::files::writeFileAtomically((fs::path(options.dir) / "report.md").string(),
-                                    result.reportMarkdown);
+  const std::string reportPath = (fs::path(options.dir) / "report.md").string();
   model::files::writeFileAtomically((fs::path(options.dir) / "report.csv").string(),
                                     result.reportCsv);
+  if (options.reportAppendix) {
+    std::string appendix;
+    try {
+      appendix = options.reportAppendix(result);
+    } catch (...) {
+      // The tables are worth keeping; a rerun with the same folder reuses every run.
+      model::files::writeFileAtomically(reportPath, result.reportMarkdown);
+      throw;
+    }
+    result.reportMarkdown += appendix;
+  }
+  model::files::writeFileAtomically(reportPath, result.reportMarkdown);
   return result;
 }
 

@@ -94,6 +94,9 @@ struct ExperimentOptions {
   std::string commandLine;  // recorded in the report
   std::function<void(const std::string& runName, const RunEvent&)> onEvent;
   const std::atomic<bool>* stopRequested = nullptr;
+  // Called once every run is assessed; what it returns is appended to report.md (the app's PNG
+  // plots section). If it throws, report.md is written without it and the error propagates.
+  std::function<std::string(const ExperimentResult&)> reportAppendix;
 };
 
 ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentOptions& options);
