@@ -26,8 +26,9 @@ fi
 cmake --preset fuzz > /dev/null
 cmake --build --preset fuzz
 
-mkdir -p "$BUILD/corpus/kernels" "$BUILD/corpus/safetensors" "$BUILD/findings"
-# Seeds: valid files of every dtype the reader converts, and random kernel headers.
+mkdir -p "$BUILD/corpus/kernels" "$BUILD/corpus/safetensors" "$BUILD/corpus/data" "$BUILD/findings"
+# Seeds: valid files of every dtype the reader converts, random kernel headers, and for the data
+# layer (first byte: 0 text, 1 JSONL, 2 tokenizer.json) the test fixtures.
 python3 - "$BUILD/corpus" <<'PY'
 import os, random, struct, sys
 sys.path.insert(0, "tests/cli")
@@ -44,6 +45,16 @@ st.write(os.path.join(out, "safetensors", "fp8-ints"), {"e": ("F8_E4M3", [4], by
                                                        "d": ("F64", [1], struct.pack("<d", 1.5)),
                                                        "z": ("I32", [0], b"")})
 st.write(os.path.join(out, "safetensors", "empty"), {})
+fixtures = "tests/engine/data/data"
+seeds = {"text": b"\x00Hello, world! \xe4\xbd\xa0\xe5\xa5\xbd <|im_end|>\n\n  hel",
+         "rows": b'\x01{"input_ids": [1, 2, 3]}\n{"prompt": "a", "completion": "b", "system": "s"}\n'}
+for name in ("chat.jsonl", "bad_role.jsonl"):
+    seeds[name] = b"\x01" + open(os.path.join(fixtures, name), "rb").read()
+for name in ("bpe_gpt2.json", "bpe_split.json"):
+    seeds[name] = b"\x02" + open(os.path.join(fixtures, name), "rb").read()
+for name, body in seeds.items():
+    with open(os.path.join(out, "data", name), "wb") as f:
+        f.write(body)
 rng = random.Random(1)
 for i in range(16):
     body = bytes(rng.randrange(256) for _ in range(16 + 4 * rng.randrange(0, 64)))
@@ -52,18 +63,20 @@ for i in range(16):
 PY
 
 status=0
-for target in fuzz_kernels fuzz_safetensors; do
+for target in fuzz_kernels fuzz_safetensors fuzz_data; do
   corpus=$BUILD/corpus/${target#fuzz_}
+  maxlen=4096
+  [ $target = fuzz_data ] && maxlen=16384  # the tokenizer.json seeds are 5.4 KB
   echo "== $target, $SECONDS_EACH s"
   if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$BUILD/tests/fuzz/$target" -max_total_time="$SECONDS_EACH" -max_len=4096 \
+    "$BUILD/tests/fuzz/$target" -max_total_time="$SECONDS_EACH" -max_len=$maxlen \
       -print_final_stats=1 -artifact_prefix="$BUILD/findings/$target-" "$corpus" \
       > "$BUILD/$target.log" 2>&1; then
     grep -E "^Done|stat::number_of_executed_units" "$BUILD/$target.log" | head -2
   else
     status=1
     echo "!! $target found a problem; the input is in $BUILD/findings/:" >&2
-    grep -E "ERROR|runtime error|fuzz_kernels:|SUMMARY" "$BUILD/$target.log" | head -5 >&2
+    grep -E "ERROR|runtime error|fuzz_kernels:|fuzz_data:|SUMMARY" "$BUILD/$target.log" | head -5 >&2
   fi
 done
 exit $status
