@@ -6,8 +6,6 @@
 //   2: a Hugging Face tokenizer.json, then a round trip through it when it is accepted.
 // Anything may throw fp4lab::Error; nothing may crash, read out of bounds or hit undefined
 // behaviour (ASan/UBSan, preset `fuzz`). Run by tests/fuzz/run-fuzzers.sh.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../engine/temp_dir.h"
 #include "fp4lab/data/chat_template.h"
 #include "fp4lab/data/dataset.h"
 #include "fp4lab/data/tokenizer.h"
@@ -75,9 +74,8 @@ void text(const std::string& bytes) {
 }
 
 void jsonl(const std::string& bytes) {
-  static const std::string path =
-      (access("/dev/shm", W_OK) == 0 ? std::string("/dev/shm") : std::string("/tmp")) +
-      "/fp4lab-fuzz-" + std::to_string(getpid()) + ".jsonl";
+  static const fp4lab::testing::TempDir dir("fp4lab-fuzz-");
+  static const std::string path = dir.file("input.jsonl");
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return;
   std::fwrite(bytes.data(), 1, bytes.size(), f);

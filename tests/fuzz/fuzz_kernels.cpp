@@ -12,43 +12,27 @@
 #include <cstring>
 #include <vector>
 
+#include "../kernels/kernel_fixtures.h"
 #include "fp4lab/kernels/fp4.h"
 
 namespace {
 
-struct Outputs {
-  fp4_status quantizeStatus, fakeStatus, statsStatus;
-  std::vector<uint8_t> codes, scales;
-  float globalScale = 0.0f;
-  std::vector<float> fake, fakeWithStats, blockAmax, dequantized;
-  fp4_error_stats stats{};
+using fp4test::sameBits;
+
+// Everything fp4test::runAll captures (quantize, dequantize, fake quantization with every
+// statistic), plus fake quantization without statistics: the path QAT runs, with its own kernels.
+struct Run {
+  fp4test::Outputs all;
+  fp4_status plainStatus;
+  std::vector<float> plain;
 };
 
-Outputs runAll(const fp4_config& cfg, const std::vector<float>& x, int64_t rows, int64_t cols,
-               float amax) {
-  Outputs o;
-  const auto blocks = size_t(fp4_scale_count(cfg.format, rows, cols));
-  o.codes.assign(size_t(fp4_packed_bytes(rows, cols)), 0xAA);
-  o.scales.assign(blocks, 0xAA);
-  o.quantizeStatus = fp4_quantize(&cfg, x.data(), rows, cols, amax, o.codes.data(), o.scales.data(),
-                                  &o.globalScale);
-  o.dequantized.assign(x.size(), -7.0f);
-  if (o.quantizeStatus == FP4_OK)
-    fp4_dequantize(&cfg, o.codes.data(), o.scales.data(), o.globalScale, rows, cols,
-                   o.dequantized.data());
-  o.fake.assign(x.size(), -7.0f);
-  o.fakeStatus =
-      fp4_fake_quantize(&cfg, x.data(), rows, cols, amax, o.fake.data(), nullptr, nullptr, nullptr);
-  o.fakeWithStats.assign(x.size(), -7.0f);
-  o.blockAmax.assign(blocks, -7.0f);
-  std::vector<float> blockSqErr(blocks);
-  o.statsStatus = fp4_fake_quantize(&cfg, x.data(), rows, cols, amax, o.fakeWithStats.data(),
-                                    &o.stats, blockSqErr.data(), o.blockAmax.data());
-  return o;
-}
-
-bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+Run runBoth(const fp4_config& cfg, const std::vector<float>& x, int64_t rows, int64_t cols,
+            float amax) {
+  Run r{fp4test::runAll(cfg, x, rows, cols, amax), FP4_OK, std::vector<float>(x.size(), -7.0f)};
+  r.plainStatus = fp4_fake_quantize(&cfg, x.data(), rows, cols, amax, r.plain.data(), nullptr,
+                                    nullptr, nullptr);
+  return r;
 }
 
 [[noreturn]] void mismatch(const char* what, fp4_backend backend, const fp4_config& c, int64_t rows,
@@ -111,39 +95,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
   }
 
-  fp4_set_backend(FP4_BACKEND_REFERENCE);
-  const Outputs ref = runAll(cfg, x, rows, cols, amax);
+  const Run ref = [&] {
+    fp4test::BackendScope scope(FP4_BACKEND_REFERENCE);
+    return runBoth(cfg, x, rows, cols, amax);
+  }();
+  const fp4test::Outputs& r = ref.all;
   // The invariant QAT relies on: fake quantization is dequantize(quantize(x)), bit for bit.
-  if (ref.quantizeStatus == FP4_OK && !sameBits(ref.fake, ref.dequantized))
+  if (r.quantizeStatus == FP4_OK && !sameBits(r.fake, r.dequant))
     mismatch("fake quantization differs from dequantize(quantize(x))", FP4_BACKEND_REFERENCE, cfg,
              rows, cols, amax);
   for (fp4_backend b : {FP4_BACKEND_GENERIC, FP4_BACKEND_AVX2, FP4_BACKEND_AVX512}) {
     if (!fp4_backend_available(b)) continue;
-    fp4_set_backend(b);
-    const Outputs got = runAll(cfg, x, rows, cols, amax);
-    if (got.quantizeStatus != ref.quantizeStatus || got.fakeStatus != ref.fakeStatus ||
-        got.statsStatus != ref.statsStatus)
+    fp4test::BackendScope scope(b);
+    const Run got = runBoth(cfg, x, rows, cols, amax);
+    const fp4test::Outputs& g = got.all;
+    if (g.quantizeStatus != r.quantizeStatus || g.fakeStatus != r.fakeStatus ||
+        g.dequantStatus != r.dequantStatus || got.plainStatus != ref.plainStatus)
       mismatch("the status differs from the reference", b, cfg, rows, cols, amax);
-    if (ref.quantizeStatus != FP4_OK) continue;
-    if (got.codes != ref.codes)
-      mismatch("codes differ from the reference", b, cfg, rows, cols, amax);
-    if (got.scales != ref.scales)
+    if (r.quantizeStatus != FP4_OK) continue;
+    if (g.codes != r.codes) mismatch("codes differ from the reference", b, cfg, rows, cols, amax);
+    if (g.scales != r.scales)
       mismatch("scales differ from the reference", b, cfg, rows, cols, amax);
-    if (std::memcmp(&got.globalScale, &ref.globalScale, sizeof(float)) != 0)
+    if (std::memcmp(&g.globalScale, &r.globalScale, sizeof(float)) != 0)
       mismatch("the global scale differs from the reference", b, cfg, rows, cols, amax);
-    if (!sameBits(got.fake, ref.fake))
+    if (!sameBits(got.plain, ref.plain))
       mismatch("fake quantization differs from the reference", b, cfg, rows, cols, amax);
-    if (!sameBits(got.dequantized, ref.dequantized))
+    if (!sameBits(g.dequant, r.dequant))
       mismatch("dequantization differs from the reference", b, cfg, rows, cols, amax);
-    if (!sameBits(got.fakeWithStats, ref.fakeWithStats))
+    if (!sameBits(g.fake, r.fake))
       mismatch("fake quantization with statistics differs from the reference", b, cfg, rows, cols,
                amax);
-    if (!sameBits(got.blockAmax, ref.blockAmax))
+    if (!sameBits(g.blockAmax, r.blockAmax))
       mismatch("block amaxes differ from the reference", b, cfg, rows, cols, amax);
-    if (got.stats.count != ref.stats.count || got.stats.clipped != ref.stats.clipped ||
-        got.stats.flushed != ref.stats.flushed || got.stats.nonfinite != ref.stats.nonfinite)
+    if (g.stats.count != r.stats.count || g.stats.clipped != r.stats.clipped ||
+        g.stats.flushed != r.stats.flushed || g.stats.nonfinite != r.stats.nonfinite)
       mismatch("statistics counts differ from the reference", b, cfg, rows, cols, amax);
   }
-  fp4_set_backend(FP4_BACKEND_AUTO);
   return 0;
 }

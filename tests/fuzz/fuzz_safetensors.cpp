@@ -3,22 +3,20 @@
 // without gaps or overlaps, exactly shape x dtype long, and convertible to fp32; never a crash,
 // an out-of-bounds read or undefined behaviour (ASan/UBSan, preset `fuzz`). Run by
 // tests/fuzz/run-fuzzers.sh.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
 #include <string>
 
+#include "../engine/temp_dir.h"
 #include "fp4lab/error.h"
 #include "fp4lab/io/dtype.h"
 #include "fp4lab/io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // The reader maps a file: write the input to one (in shared memory when there is some).
-  static const std::string path =
-      (access("/dev/shm", W_OK) == 0 ? std::string("/dev/shm") : std::string("/tmp")) +
-      "/fp4lab-fuzz-" + std::to_string(getpid()) + ".safetensors";
+  // The reader maps a file: write the input to one, in a folder removed at exit.
+  static const fp4lab::testing::TempDir dir("fp4lab-fuzz-");
+  static const std::string path = dir.file("input.safetensors");
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return 0;
   std::fwrite(data, 1, size, f);

@@ -2,6 +2,7 @@
 // captures every output of the FP4 API on the currently selected backend.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
