@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -536,18 +537,18 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
   const std::string reportPath = (fs::path(options.dir) / "report.md").string();
   model::files::writeFileAtomically((fs::path(options.dir) / "report.csv").string(),
                                     result.reportCsv);
+  // If the appendix fails, the tables are still worth keeping (a rerun with the same folder
+  // reuses every run); the error propagates after they are written.
+  std::exception_ptr appendixError;
   if (options.reportAppendix) {
-    std::string appendix;
     try {
-      appendix = options.reportAppendix(result);
+      result.reportMarkdown += options.reportAppendix(result);
     } catch (...) {
-      // The tables are worth keeping; a rerun with the same folder reuses every run.
-      model::files::writeFileAtomically(reportPath, result.reportMarkdown);
-      throw;
+      appendixError = std::current_exception();
     }
-    result.reportMarkdown += appendix;
   }
   model::files::writeFileAtomically(reportPath, result.reportMarkdown);
+  if (appendixError) std::rethrow_exception(appendixError);
   return result;
 }
 

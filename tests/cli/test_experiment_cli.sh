@@ -81,6 +81,19 @@ grep -q "total time [0-9]* s (9 of 9 runs reused from an earlier invocation; the
 grep -q "## Across seeds" "$T/exp/report.md" || fail "no summary across seeds"
 grep -q "(mean of 2 seeds)" "$T/exp/report.md" || fail "the goals do not read the means"
 check_plots
+# Plots that cannot be drawn (report/ is a file) fail the command, but report.md keeps its tables.
+if [ "${FP4LAB_WITH_PLOTS:-0}" = 1 ]; then
+  mv "$T/exp/report" "$T/report.saved" && touch "$T/exp/report"
+  set +e
+  "$BIN" experiment --quick threads=1 repeats=2 --output-dir "$T/exp" > /dev/null 2> "$T/stderr.txt"
+  status=$?
+  set -e
+  [ $status = 2 ] || fail "unwritable plots: exit $status, expected 2"
+  grep -q "## Goals" "$T/exp/report.md" && grep -q "(mean of 2 seeds)" "$T/exp/report.md" ||
+    fail "unwritable plots: report.md lost its tables"
+  ! grep -q "^## Plots" "$T/exp/report.md" || fail "unwritable plots: report.md links plots"
+  rm "$T/exp/report" && mv "$T/report.saved" "$T/exp/report"
+fi
 for f in mxfp4 nvfp4; do
   cmp -s <(grep -o '"prompt":"[^"]*"' "$T/exp/ptq-$f/tasks/step-0.jsonl") \
     <(grep -o '"prompt":"[^"]*"' "$T/exp/ptq-$f-seed1235/tasks/step-0.jsonl") ||
