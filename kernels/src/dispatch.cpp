@@ -117,7 +117,7 @@ void forEachChunk(int64_t rows, int64_t cols, Fn&& fn) {
   auto chunk = [&](int64_t c) { fn(c, c * step, std::min(rows, (c + 1) * step)); };
   // Small tensors are not worth waking a worker; they skip threadCount too. With the worker pool,
   // two threads gave 0.8x-1.1x at 128 K elements and 1.3x-1.6x from 160 K (performance.md).
-  const bool small = chunks <= 1 || rows * cols < 5 * (int64_t(1) << 15);
+  const bool small = chunks <= 1 || rows * cols < (int64_t(160) << 10);
   const int threads = small ? 1 : threadCount();
   if (threads <= 1) {
     for (int64_t c = 0; c < chunks; ++c) chunk(c);

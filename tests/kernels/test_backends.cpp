@@ -324,7 +324,7 @@ AllOutputs runEverything(const fp4_config& cfg, const std::vector<float>& x, Sha
 }
 
 // The shapes: 32 chunks of 32 rows, 3 chunks of 16 rows (fewer chunks than threads), and an MLP
-// weight of the built-in model, 180 K elements in 3 chunks of 96 rows, just above the size from
+// weight of the built-in model, 176 K elements in 3 chunks of 96 rows, just above the size from
 // which the pool is used.
 const Shape kPoolShapes[] = {{1000, 2048}, {40, 8192}, {256, 704}};
 

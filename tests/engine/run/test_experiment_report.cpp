@@ -28,6 +28,15 @@ run::ExperimentRun made(const std::string& group, const std::string& recipe, uin
   return r;
 }
 
+// The goal whose text starts with `start`.
+const run::ExperimentGoal& goalStarting(const run::ExperimentResult& result,
+                                        const std::string& start) {
+  auto it = std::find_if(result.goals.begin(), result.goals.end(),
+                         [&](const run::ExperimentGoal& g) { return g.goal.rfind(start, 0) == 0; });
+  REQUIRE(it != result.goals.end());
+  return *it;
+}
+
 const run::ExperimentSummary& summary(const run::ExperimentResult& r, const std::string& group) {
   auto it = std::find_if(r.summaries.begin(), r.summaries.end(),
                          [&](const run::ExperimentSummary& s) { return s.mean.name == group; });
@@ -89,10 +98,7 @@ TEST_CASE("A pass rate exactly at a goal meets it, as logged (float32) and as a 
           "[run][experiment]") {
   auto rate = [](int passed) { return double(float(passed / 300.0)); };  // as the log stores it
   auto goalMet = [](const run::ExperimentResult& result, const std::string& start) {
-    for (const auto& g : result.goals)
-      if (g.goal.rfind(start, 0) == 0) return g.met;
-    FAIL("no goal starting with " << start);
-    return false;
+    return goalStarting(result, start).met;
   };
   run::ExperimentConfig config;
   config.formats = "nvfp4";
@@ -154,13 +160,7 @@ TEST_CASE("A goal's pass rates show a decimal, so 284 of 300 does not read as 95
   run::ExperimentResult result;
   result.runs = {made("sft", "sft", 1234, 0.05, double(float(284 / 300.0)))};
   run::assessExperiment(result, config);
-  REQUIRE(!result.goals.empty());
-  bool found = false;
-  for (const auto& g : result.goals)
-    if (g.goal == "SFT >= 95% on both tasks") {
-      found = true;
-      CHECK(g.measured == "94.7% / 94.7%");
-      CHECK_FALSE(g.met);
-    }
-  CHECK(found);
+  const run::ExperimentGoal& sft = goalStarting(result, "SFT >= 95% on both tasks");
+  CHECK(sft.measured == "94.7% / 94.7%");
+  CHECK_FALSE(sft.met);
 }
