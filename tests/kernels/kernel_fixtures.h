@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -110,6 +111,17 @@ inline bool close(double a, double b, double rel) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
   if (std::isinf(a) || std::isinf(b)) return a == b;
   return std::fabs(a - b) <= rel * std::max({std::fabs(a), std::fabs(b), 1e-300});
+}
+
+// Whether the tests may run on `backend`: fp4_backend_available(), less the backends named in
+// FP4LAB_TEST_MASK_ISA (comma-separated, e.g. "avx512" or "avx2,avx512"). The mask lets a CPU
+// that has an instruction set exercise the path taken on one that lacks it (a skipped test).
+inline bool backendUsable(fp4_backend backend) {
+  if (!fp4_backend_available(backend)) return false;
+  const char* mask = std::getenv("FP4LAB_TEST_MASK_ISA");
+  if (!mask) return true;
+  const std::string list = std::string(",") + mask + ",";
+  return list.find(std::string(",") + fp4_backend_name(backend) + ",") == std::string::npos;
 }
 
 struct BackendScope {

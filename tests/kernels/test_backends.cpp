@@ -1,9 +1,18 @@
 // Every optimized CPU backend against the scalar reference, bit for bit, on fresh random data of
 // several distributions and magnitudes, at odd shapes: >10 M values per format by default.
+//
+// Each comparison is registered once per optimized backend (BACKEND_TEST_CASE): "... (generic)"
+// runs by default; "... (avx2)" and "... (avx512)" are hidden ([.avx2], [.avx512]) and run as
+// their own CTest entries, kernels_avx2 and kernels_avx512 (test_kernels "[avx512]"). On a CPU
+// without the instruction set such a run exits with 77 before any test starts, which CTest
+// reports as skipped (SKIP_RETURN_CODE 77), instead of passing without having compared anything.
+// FP4LAB_TEST_MASK_ISA=avx512 (kernel_fixtures.h) takes that path on a CPU that has AVX-512.
+#define CATCH_CONFIG_EXTERNAL_INTERFACES  // Catch::TestEventListenerBase, for IsaSkipListener
 #include <catch2/catch.hpp>
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -17,12 +26,64 @@ struct Shape {
   int64_t rows, cols;
 };
 
+// The optimized backend the running BACKEND_TEST_CASE compares with the reference.
+fp4_backend g_backendUnderTest = FP4_BACKEND_GENERIC;
+
 std::vector<fp4_backend> optimizedBackends() {
-  std::vector<fp4_backend> out;
-  for (fp4_backend b : {FP4_BACKEND_GENERIC, FP4_BACKEND_AVX2, FP4_BACKEND_AVX512})
-    if (fp4_backend_available(b)) out.push_back(b);
-  return out;
+  return {g_backendUnderTest};
 }
+
+// The tag of a backend's BACKEND_TEST_CASEs: [generic], [avx2], [avx512].
+const char* backendTag(fp4_backend b) {
+  return b == FP4_BACKEND_AVX2 ? "avx2" : (b == FP4_BACKEND_AVX512 ? "avx512" : "generic");
+}
+
+// Runs one BACKEND_TEST_CASE body on `backend`. A run that selects only cases of missing
+// instruction sets never gets here (IsaSkipListener); one that mixes them with runnable cases
+// fails these, as they cannot be reported as skipped next to the others.
+void runOnBackend(fp4_backend backend, void (*body)()) {
+  if (!backendUsable(backend)) {
+    const std::string tag = std::string("[") + backendTag(backend) + "]";
+    FAIL("this CPU (or FP4LAB_TEST_MASK_ISA) lacks " << fp4_backend_name(backend) << ": select "
+                                                     << tag << " alone to have these cases "
+                                                     << "reported as skipped, or exclude them "
+                                                     << "with ~" << tag);
+  }
+  REQUIRE(fp4_set_backend(backend) == FP4_OK);  // BackendScope ignores a failure
+  g_backendUnderTest = backend;
+  body();
+}
+
+// Before any test runs: if every selected test case needs an instruction set this CPU lacks,
+// print why and exit with 77 (CTest: SKIP_RETURN_CODE), so the run reads as skipped, not passed.
+struct IsaSkipListener : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testRunStarting(Catch::TestRunInfo const& info) override {
+    TestEventListenerBase::testRunStarting(info);
+    const Catch::IConfig& config = *m_config;
+    const std::vector<Catch::TestCase> selected =
+        Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config);
+    std::string missing;
+    for (const Catch::TestCase& test : selected) {
+      const char* lacking = nullptr;
+      for (fp4_backend b : {FP4_BACKEND_AVX2, FP4_BACKEND_AVX512})
+        if (!backendUsable(b) &&
+            std::find(test.tags.begin(), test.tags.end(), backendTag(b)) != test.tags.end())
+          lacking = backendTag(b);
+      if (!lacking) return;  // a runnable test case: run normally
+      if (missing.find(lacking) == std::string::npos)
+        missing += std::string(missing.empty() ? "" : ", ") + lacking;
+    }
+    if (selected.empty()) return;
+    const char* mask = std::getenv("FP4LAB_TEST_MASK_ISA");
+    std::printf("skipped: no %s on this CPU%s%s (%zu test cases need it)\n", missing.c_str(),
+                mask ? ", or masked by FP4LAB_TEST_MASK_ISA=" : "", mask ? mask : "",
+                selected.size());
+    std::fflush(stdout);
+    std::exit(77);
+  }
+};
+CATCH_REGISTER_LISTENER(IsaSkipListener)
 
 std::string describe(const fp4_config& cfg, Distribution d, Shape s, const char* backend) {
   char buf[256];
@@ -132,8 +193,26 @@ std::vector<float> checkNoStatisticsPath(const fp4_config& cfg, const std::vecto
 
 }  // namespace
 
-TEST_CASE("Optimized backends equal the reference bit for bit: MXFP4, >10M values",
-          "[backends][mxfp4]") {
+// A test case comparing optimized backends with the reference, registered once per backend.
+#define FP4_CONCAT_(a, b) a##b
+#define FP4_CONCAT(a, b) FP4_CONCAT_(a, b)
+#define BACKEND_TEST_CASE(name, tags) \
+  BACKEND_TEST_CASE_(FP4_CONCAT(backendTestBody, __LINE__), name, tags)
+#define BACKEND_TEST_CASE_(body, name, tags)       \
+  static void body();                              \
+  TEST_CASE(name " (generic)", tags "[generic]") { \
+    runOnBackend(FP4_BACKEND_GENERIC, body);       \
+  }                                                \
+  TEST_CASE(name " (avx2)", tags "[.avx2]") {      \
+    runOnBackend(FP4_BACKEND_AVX2, body);          \
+  }                                                \
+  TEST_CASE(name " (avx512)", tags "[.avx512]") {  \
+    runOnBackend(FP4_BACKEND_AVX512, body);        \
+  }                                                \
+  static void body()
+
+BACKEND_TEST_CASE("Optimized backends equal the reference bit for bit: MXFP4, >10M values",
+                  "[backends][mxfp4]") {
   REQUIRE_FALSE(optimizedBackends().empty());
   fp4_config cfg = fp4_default_config(FP4_FORMAT_MXFP4);
   int64_t compared = sweep(cfg, kAllDistributions, kMainShapes, 100);
@@ -141,14 +220,14 @@ TEST_CASE("Optimized backends equal the reference bit for bit: MXFP4, >10M value
   CHECK(compared / int64_t(optimizedBackends().size()) >= 10'000'000);
 }
 
-TEST_CASE("Optimized backends equal the reference bit for bit: NVFP4, >10M values",
-          "[backends][nvfp4]") {
+BACKEND_TEST_CASE("Optimized backends equal the reference bit for bit: NVFP4, >10M values",
+                  "[backends][nvfp4]") {
   fp4_config cfg = fp4_default_config(FP4_FORMAT_NVFP4);
   int64_t compared = sweep(cfg, kAllDistributions, kMainShapes, 200);
   CHECK(compared / int64_t(optimizedBackends().size()) >= 10'000'000);
 }
 
-TEST_CASE("Optimized backends equal the reference: options", "[backends][options]") {
+BACKEND_TEST_CASE("Optimized backends equal the reference: options", "[backends][options]") {
   const std::vector<Shape> shapes = {{1, 64}, {5, 160}, {31, 512}, {129, 1024}};
   const std::vector<Distribution> dists = {Distribution::Normal, Distribution::BlockScaled,
                                            Distribution::Outliers};
@@ -212,8 +291,8 @@ TEST_CASE("Optimized backends equal the reference: options", "[backends][options
 // only, and in place), at widths with a partial group of 16 blocks and with none. A calibrated
 // amax far below the data's (1e-7) saturates the scales: quotients beyond 2^20 leave the NVFP4
 // FMA quotient for the double one, as do the denormal data's tiny scales.
-TEST_CASE("Optimized backends equal the reference: fake-quant without statistics",
-          "[backends][fake]") {
+BACKEND_TEST_CASE("Optimized backends equal the reference: fake-quant without statistics",
+                  "[backends][fake]") {
   for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
     const int64_t b = fp4_block_size(f);
     const std::vector<Shape> shapes = {{1, b},       {3, 2 * b},  {7, 3 * b}, {5, 16 * b},
@@ -251,8 +330,8 @@ TEST_CASE("Optimized backends equal the reference: fake-quant without statistics
   }
 }
 
-TEST_CASE("Hadamard transform: optimized equals reference, inverse restores the input",
-          "[backends][hadamard]") {
+BACKEND_TEST_CASE("Hadamard transform: optimized equals reference, inverse restores the input",
+                  "[backends][hadamard]") {
   std::vector<float> x = makeData(Distribution::HeavyTailed, 19, 256, 900);
   std::vector<float> ref(x.size()), back(x.size());
   {
@@ -428,8 +507,9 @@ TEST_CASE("fp4_set_num_threads resizes the worker pool", "[backends][threads]") 
 // beyond those bounds (subnormal to near FLT_MAX), all-zero and -0 blocks, blocks at the scale
 // rules' boundaries (amax 1.5 * 2^k, 6 * 2^k), NVFP4 blocks whose scale decodes to 0 with
 // negative elements, and NaN/Inf, on tensors of one chunk and of several.
-TEST_CASE("Optimized backends equal the reference: fake-quant without statistics, extreme scales",
-          "[backends][fake][extreme]") {
+BACKEND_TEST_CASE(
+    "Optimized backends equal the reference: fake-quant without statistics, extreme scales",
+    "[backends][fake][extreme]") {
   const std::vector<int> exponents = {-149, -140, -130, -128, -127, -126, -125, -124, -100,
                                       -20,  -1,   0,    1,    20,   100,  101,  102,  103,
                                       104,  105,  110,  120,  124,  125,  126,  127};

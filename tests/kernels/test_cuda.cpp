@@ -1,13 +1,18 @@
 // The CUDA kernels (fp4_cuda.h) against the CPU reference, bit for bit, on fresh random data of
-// many shapes, distributions and options. Without a CUDA device every test warns and passes.
+// many shapes, distributions and options. Without a CUDA device the executable prints "skipped:
+// no CUDA device" and exits with 77 before any test runs, which CTest reports as skipped
+// (SKIP_RETURN_CODE 77); a device that is there but unusable fails the tests instead.
+#define CATCH_CONFIG_EXTERNAL_INTERFACES  // Catch::TestEventListenerBase, for NoDeviceSkip
 #include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -19,15 +24,59 @@
 
 namespace {
 
-// Catch2 v2 has no SKIP(); the test runs with --warn NoAssertions, so a skip must also pass
-// an assertion to not count as empty.
-#define FP4_REQUIRE_CUDA_DEVICE()               \
-  do {                                          \
-    if (fp4_cuda_device_count() == 0) {         \
-      WARN("no CUDA device: skipped");          \
-      SUCCEED("skipped without a CUDA device"); \
-      return;                                   \
-    }                                           \
+// What the CUDA runtime says about devices, asked once.
+struct CudaDevices {
+  cudaError_t error = cudaSuccess;
+  int count = 0;
+  // No device at all, as opposed to one that is present but unusable. Without a driver the
+  // runtime answers "insufficient driver", which a driver too old for a present GPU also
+  // answers; there the kernel driver shows the GPU (/proc/driver/nvidia/gpus, /dev/nvidia0).
+  bool absent() const {
+    if (error == cudaSuccess) return count == 0;
+    if (error == cudaErrorNoDevice) return true;
+    std::error_code ec;
+    return error == cudaErrorInsufficientDriver &&
+           !std::filesystem::exists("/proc/driver/nvidia/gpus", ec) &&
+           !std::filesystem::exists("/dev/nvidia0", ec);
+  }
+  std::string describe() const {
+    return std::to_string(count) + " device(s), " + cudaGetErrorName(error) + ": " +
+           cudaGetErrorString(error);
+  }
+};
+
+const CudaDevices& cudaDevices() {
+  static const CudaDevices devices = [] {
+    CudaDevices d;
+    d.error = cudaGetDeviceCount(&d.count);
+    if (d.error != cudaSuccess) d.count = 0;
+    cudaGetLastError();
+    return d;
+  }();
+  return devices;
+}
+
+// Catch2 v2 has no SKIP(): with no CUDA device the whole executable is skipped, before any test
+// runs, with the exit code CTest reads as skipped. Listing tests (--list-tests) still works.
+struct NoDeviceSkip : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testRunStarting(Catch::TestRunInfo const& info) override {
+    TestEventListenerBase::testRunStarting(info);
+    if (!cudaDevices().absent()) return;
+    std::printf("skipped: no CUDA device (%s)\n", cudaDevices().describe().c_str());
+    std::fflush(stdout);
+    std::exit(77);
+  }
+};
+CATCH_REGISTER_LISTENER(NoDeviceSkip)
+
+// Every test needs a device: a present but unusable one (a failed query other than "none") is a
+// failure, reported with the runtime's answer.
+#define FP4_REQUIRE_CUDA_DEVICE()                             \
+  do {                                                        \
+    INFO("cudaGetDeviceCount: " << cudaDevices().describe()); \
+    REQUIRE(cudaDevices().error == cudaSuccess);              \
+    REQUIRE(fp4_cuda_device_count() > 0);                     \
   } while (0)
 
 #define CUDA_REQUIRE(call)                           \
