@@ -1,11 +1,12 @@
-// POSIX implementations of the few file-system operations the model code needs (see files.h
-// for why not std::filesystem).
-#include "model/files.h"
+// POSIX implementations of the file-system operations fp4lab needs, and its atomic writes (see
+// files.h for why not std::filesystem).
+#include "fp4lab/common/files.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +19,7 @@
 
 #include "fp4lab/error.h"
 
-namespace fp4lab::model::files {
+namespace fp4lab::files {
 
 namespace {
 
@@ -122,34 +123,55 @@ std::string readFile(const std::string& path) {
   return content.str();
 }
 
-void writeFileAtomically(const std::string& path, const std::string& content) {
+AtomicFile::AtomicFile(std::string path) : m_path(std::move(path)) {
   static std::atomic<unsigned> counter{0};
-  const std::string temporary =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw Error(systemError("cannot create " + temporary, errno), path,
-                "check that the folder exists and is writable");
+  m_temporary =
+      m_path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  m_fd = ::open(m_temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (m_fd < 0)
+    throw Error(systemError("cannot create temporary file " + m_temporary, errno), m_path,
+                "check that the destination folder exists and is writable");
+}
+
+AtomicFile::~AtomicFile() {
+  if (m_fd >= 0) ::close(m_fd);
+  if (!m_committed) ::unlink(m_temporary.c_str());
+}
+
+void AtomicFile::write(const void* data, uint64_t bytes) {
+  constexpr uint64_t kChunk = 1ull << 30;  // Linux moves at most ~2 GB per call anyway
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(m_fd, p, std::min(bytes, kChunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)  // no progress and no error: avoid spinning forever
+      throw Error(systemError("cannot write " + m_temporary, n < 0 ? errno : EIO), m_path,
+                  "check free disk space and permissions");
+    p += n;
+    bytes -= uint64_t(n);
   }
-  size_t written = 0;
-  int error = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      error = errno;
-      break;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (!error && ::fsync(fd) != 0) error = errno;
-  if (::close(fd) != 0 && !error) error = errno;
-  if (!error && ::rename(temporary.c_str(), path.c_str()) != 0) error = errno;
-  if (error) {
-    ::unlink(temporary.c_str());
-    throw Error(systemError("cannot write file", error), path,
-                "check free disk space and permissions");
-  }
+}
+
+void AtomicFile::commit() {
+  const std::string hint = "check free disk space and permissions";
+  if (::fsync(m_fd) != 0)
+    throw Error(systemError("cannot flush " + m_temporary, errno), m_path, hint);
+  const int closed = ::close(m_fd);
+  m_fd = -1;  // after a failed close() the descriptor state is unspecified; never retry it
+  if (closed != 0) throw Error(systemError("cannot close " + m_temporary, errno), m_path, hint);
+  if (::rename(m_temporary.c_str(), m_path.c_str()) != 0)
+    throw Error(systemError("cannot rename " + m_temporary + " into place", errno), m_path,
+                "check that the destination is not a folder and is writable");
+  m_committed = true;
+  // The rename is only durable once the folder's entry is on disk too; the file is complete and
+  // in place either way.
+  syncFolder(parentOf(m_path));
+}
+
+void writeFileAtomically(const std::string& path, const std::string& content) {
+  AtomicFile file(path);
+  file.write(content.data(), content.size());
+  file.commit();
 }
 
 void syncFolder(const std::string& path) {
@@ -159,4 +181,37 @@ void syncFolder(const std::string& path) {
   ::close(fd);
 }
 
-}  // namespace fp4lab::model::files
+void publishFolder(const std::string& staging, const std::string& target) {
+  files::syncFolder(staging);
+  struct stat info;
+  const bool targetExists = ::lstat(target.c_str(), &info) == 0;
+  if (targetExists && !S_ISDIR(info.st_mode)) {
+    throw Error("exists and is not a folder; not replacing it", target);
+  }
+  if (!targetExists) {
+    if (::rename(staging.c_str(), target.c_str()) != 0) {
+      throw Error(systemError("cannot move " + staging + " into place", errno), target);
+    }
+  } else if (::syscall(SYS_renameat2, AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(),
+                       RENAME_EXCHANGE) == 0) {
+    files::removeTree(staging);  // the old folder now; a leftover would only be litter
+  } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+    // No atomic exchange here (older kernel, some network filesystems): two renames.
+    const std::string old = target + ".old-" + std::to_string(::getpid());
+    files::removeTree(old);
+    if (::rename(target.c_str(), old.c_str()) != 0) {
+      throw Error(systemError("cannot move the previous folder aside", errno), target);
+    }
+    if (::rename(staging.c_str(), target.c_str()) != 0) {
+      const int renameError = errno;
+      ::rename(old.c_str(), target.c_str());  // put the previous folder back
+      throw Error(systemError("cannot move " + staging + " into place", renameError), target);
+    }
+    files::removeTree(old);
+  } else {
+    throw Error(systemError("cannot replace the folder with " + staging, errno), target);
+  }
+  files::syncFolder(files::parentOf(target));
+}
+
+}  // namespace fp4lab::files

@@ -17,6 +17,7 @@
 #include <set>
 #include <tuple>
 
+#include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
 
 namespace fp4lab::io {
@@ -384,49 +385,6 @@ std::vector<float> SafetensorsFile::toFloat32(const TensorInfo& tensor) const {
 
 namespace {
 
-// Writes everything, retrying on EINTR and continuing after short writes; returns errno or 0.
-int writeAll(int fd, const uint8_t* data, uint64_t bytes) {
-  constexpr uint64_t kChunk = 1ull << 30;  // Linux moves at most ~2 GB per call anyway
-  while (bytes > 0) {
-    const ssize_t written = ::write(fd, data, std::min(bytes, kChunk));
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (written == 0) return EIO;  // no progress and no error: avoid spinning forever
-    data += written;
-    bytes -= static_cast<uint64_t>(written);
-  }
-  return 0;
-}
-
-// Owns the temporary file until it has been renamed into place; removes it otherwise.
-class TemporaryFile {
- public:
-  TemporaryFile(std::string path, int fd) : m_path(std::move(path)), m_fd(fd) {}
-  ~TemporaryFile() {
-    if (m_fd >= 0) ::close(m_fd);
-    if (!m_committed) ::unlink(m_path.c_str());
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-
-  const std::string& path() const { return m_path; }
-  int fd() const { return m_fd; }
-  int close() {
-    const int result = ::close(m_fd);
-    m_fd = -1;
-    // After close() fails the descriptor state is unspecified; never retry it.
-    return result == 0 ? 0 : errno;
-  }
-  void commit() { m_committed = true; }
-
- private:
-  std::string m_path;
-  int m_fd;
-  bool m_committed = false;
-};
-
 std::string checkedJsonString(const std::string& text, const std::string& where) {
   try {
     return Json(text).dump();
@@ -510,49 +468,11 @@ void SafetensorsWriter::write(const std::string& path) const {
   uint8_t prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(headerText.size() >> (8 * i));
 
-  static std::atomic<unsigned> counter{0};
-  const std::string temporaryPath =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  const int fd = ::open(temporaryPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw Error(systemError("cannot create temporary file " + temporaryPath, errno), path,
-                "check that the destination folder exists and is writable");
-  }
-  TemporaryFile temporary(temporaryPath, fd);
-  const std::string diskHint = "check free disk space and the destination folder";
-
-  int error = writeAll(fd, prefix, sizeof prefix);
-  if (!error) {
-    error = writeAll(fd, reinterpret_cast<const uint8_t*>(headerText.data()), headerText.size());
-  }
-  for (size_t i = 0; i < m_tensors.size() && !error; ++i) {
-    error = writeAll(fd, m_tensors[i].bytes.data(), m_tensors[i].bytes.size());
-  }
-  if (error) throw Error(systemError("cannot write " + temporaryPath, error), path, diskHint);
-  if (::fsync(fd) != 0) {
-    throw Error(systemError("cannot flush " + temporaryPath, errno), path, diskHint);
-  }
-  if ((error = temporary.close()) != 0) {
-    throw Error(systemError("cannot close " + temporaryPath, error), path, diskHint);
-  }
-  if (::rename(temporaryPath.c_str(), path.c_str()) != 0) {
-    throw Error(systemError("cannot rename " + temporaryPath + " into place", errno), path,
-                "check that the destination is not a folder and is writable");
-  }
-  temporary.commit();
-
-  // The rename is only durable once the folder's entry is on disk too.
-  std::string folder = std::filesystem::path(path).parent_path().string();
-  if (folder.empty()) folder = ".";
-  const int folderFd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (folderFd < 0) return;  // the file is complete and in place; only durability is unknown
-  const int syncResult = ::fsync(folderFd);
-  const int syncError = errno;
-  ::close(folderFd);
-  // Some filesystems cannot fsync a folder (EINVAL); the file is still complete and in place.
-  if (syncResult != 0 && syncError != EINVAL && syncError != ENOTSUP) {
-    throw Error(systemError("cannot flush folder " + folder, syncError), path, diskHint);
-  }
+  files::AtomicFile file(path);
+  file.write(prefix, sizeof prefix);
+  file.write(headerText.data(), headerText.size());
+  for (const Pending& tensor : m_tensors) file.write(tensor.bytes.data(), tensor.bytes.size());
+  file.commit();
 }
 
 }  // namespace fp4lab::io

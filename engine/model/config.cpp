@@ -7,7 +7,7 @@
 #include <set>
 
 #include "fp4lab/error.h"
-#include "model/files.h"
+#include "fp4lab/common/files.h"
 
 namespace fp4lab::model {
 

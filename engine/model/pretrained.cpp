@@ -17,7 +17,7 @@
 
 #include "fp4lab/error.h"
 #include "fp4lab/io/safetensors.h"
-#include "model/files.h"
+#include "fp4lab/common/files.h"
 
 #ifndef RENAME_EXCHANGE
 #define RENAME_EXCHANGE (1 << 1)  // <linux/fs.h>; not every libc header exposes it
@@ -307,39 +307,6 @@ void writePretrainedFiles(CausalLM& model, const std::string& dir, const SaveOpt
   }
 }
 
-void publishFolder(const std::string& staging, const std::string& target) {
-  files::syncFolder(staging);
-  struct stat info;
-  const bool targetExists = ::lstat(target.c_str(), &info) == 0;
-  if (targetExists && !S_ISDIR(info.st_mode)) {
-    throw Error("exists and is not a folder; not replacing it", target);
-  }
-  if (!targetExists) {
-    if (::rename(staging.c_str(), target.c_str()) != 0) {
-      throw Error(systemError("cannot move " + staging + " into place", errno), target);
-    }
-  } else if (::syscall(SYS_renameat2, AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(),
-                       RENAME_EXCHANGE) == 0) {
-    files::removeTree(staging);  // the old folder now; a leftover would only be litter
-  } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
-    // No atomic exchange here (older kernel, some network filesystems): two renames.
-    const std::string old = target + ".old-" + std::to_string(::getpid());
-    files::removeTree(old);
-    if (::rename(target.c_str(), old.c_str()) != 0) {
-      throw Error(systemError("cannot move the previous folder aside", errno), target);
-    }
-    if (::rename(staging.c_str(), target.c_str()) != 0) {
-      const int renameError = errno;
-      ::rename(old.c_str(), target.c_str());  // put the previous folder back
-      throw Error(systemError("cannot move " + staging + " into place", renameError), target);
-    }
-    files::removeTree(old);
-  } else {
-    throw Error(systemError("cannot replace the folder with " + staging, errno), target);
-  }
-  files::syncFolder(files::parentOf(target));
-}
-
 void savePretrained(CausalLM& model, const std::string& dir, const SaveOptions& options) {
   const std::string target = files::withoutTrailingSlash(dir);
   if (target.empty()) throw Error("empty folder name", "savePretrained");
@@ -352,7 +319,7 @@ void savePretrained(CausalLM& model, const std::string& dir, const SaveOptions& 
   }
   try {
     writePretrainedFiles(model, staging, options);
-    publishFolder(staging, target);
+    files::publishFolder(staging, target);
   } catch (...) {
     files::removeTree(staging);
     throw;

@@ -41,20 +41,7 @@ struct SaveOptions {
 // staging folder, and by callers that add their own files before publishFolder().
 void writePretrainedFiles(CausalLM& model, const std::string& dir, const SaveOptions& options = {});
 
-// Replaces `target` by the complete folder `staging` (a sibling of it, same filesystem):
-//  1. fsync `staging` (its files are already fsynced by their writers);
-//  2. if `target` does not exist: rename(staging, target);
-//     else: renameat2(RENAME_EXCHANGE) swaps the two atomically and the old folder (now at
-//     `staging`) is deleted; where the filesystem cannot exchange (EINVAL/ENOSYS/ENOTSUP),
-//     `target` is renamed to "<target>.old-<pid>", staging to target, and the old one deleted
-//     (if that second rename fails, the old folder is renamed back);
-//  3. fsync the parent folder.
-// So at every instant a complete folder is at `target`, except in the fallback's window
-// between its two renames, when the complete old one is at "<target>.old-<pid>" and the
-// complete new one still at `staging`. A crash can leave "<target>.tmp-<pid>" or ".old-<pid>"
-// litter next to the target, never a partial `target`. A `target` that exists but is not a
-// folder is an error (nothing is replaced).
-void publishFolder(const std::string& staging, const std::string& target);
+// (Folders are published atomically by files::publishFolder, fp4lab/common/files.h.)
 
 // writePretrainedFiles into "<dir>.tmp-<pid>" (created fresh; a leftover of that name is
 // removed first), then publishFolder into `dir`. On any error the staging folder is removed and

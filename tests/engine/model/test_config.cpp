@@ -6,9 +6,10 @@
 
 #include "fp4lab/error.h"
 #include "model/config.h"
-#include "model/files.h"
+#include "fp4lab/common/files.h"
 
 using namespace fp4lab::model;
+namespace files = fp4lab::files;
 using Json = nlohmann::json;
 
 namespace {

@@ -16,10 +16,11 @@
 #include "fp4lab/io/safetensors.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
-#include "model/files.h"
+#include "fp4lab/common/files.h"
 #include "model/pretrained.h"
 
 using namespace fp4lab::model;
+namespace files = fp4lab::files;
 using Json = nlohmann::json;
 
 namespace {
@@ -447,7 +448,7 @@ TEST_CASE("savePretrained replaces a folder only with a complete one",
     const std::string staging = temp / "staging";
     files::createDirectories(staging);
     std::ofstream(staging + "/a.txt") << "x";
-    publishFolder(staging, temp / "published");
+    files::publishFolder(staging, temp / "published");
     CHECK(files::exists(temp / "published/a.txt"));
     CHECK_FALSE(files::exists(staging));
   }
