@@ -2,6 +2,7 @@
 // command table.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@ namespace fp4lab::cli {
 // Parsed arguments: positionals in order, `--name value` options and `--flag` switches.
 class Args {
  public:
-  // `flags` are the switches that take no value; every other `--name` takes one.
+  // `flags` are the switches that take no value; every other `--name` takes one. `-h` is --help.
   Args(const std::string& command, const std::vector<std::string>& argv,
        const std::vector<std::string>& options, const std::vector<std::string>& flags);
   const std::vector<std::string>& positionals() const { return m_positionals; }
@@ -20,6 +21,9 @@ class Args {
   // One of `allowed`, or an error naming the choices.
   std::string choice(const std::string& name, const std::vector<std::string>& allowed,
                      const std::string& fallback) const;
+  // --name as an integer / a number in [min, max], or an error saying what it must be.
+  int64_t integer(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
+  double number(const std::string& name, double fallback, double min, double max) const;
   void requirePositionals(size_t count, const std::string& usage) const;
 
  private:
@@ -42,5 +46,9 @@ int runEval(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);
 int runBaseModel(const std::vector<std::string>& args);
 int runExperiment(const std::vector<std::string>& args);
+
+// The keys of a configuration as a markdown table (key, type, default, meaning): what
+// --list-keys prints and docs/user-guide.md shows.
+std::string keyTable(bool experiment);
 
 }  // namespace fp4lab::cli

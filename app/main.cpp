@@ -42,6 +42,7 @@ void printHelp(FILE* out) {
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
+    if (argc < 2) std::fprintf(stderr, "fp4lab: error: no command given\n\n");
     printHelp(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
@@ -62,7 +63,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::fprintf(stderr, "fp4lab: unknown command '%s'\n\n", argv[1]);
+  std::fprintf(stderr, "fp4lab: error: unknown command '%s' (fp4lab --help lists them)\n\n",
+               argv[1]);
   printHelp(stderr);
   return 2;
 }

@@ -46,9 +46,9 @@ std::string duration(double seconds) {
 void Progress::operator()(const run::RunEvent& e) {
   const char* p = m_prefix.c_str();
   // A bar drawn in place leaves the cursor on its line: end it before printing anything else.
-  if (e.kind != "step" && m_barOpen) std::fputc('\n', stderr);
-  m_barOpen = m_tty && e.kind == "step";
-  if (e.kind == "step") {
+  if (e.kind != EventKind::Step && m_barOpen) std::fputc('\n', stderr);
+  m_barOpen = m_tty && e.kind == EventKind::Step;
+  if (e.kind == EventKind::Step) {
     if (!m_tty && e.step % std::max<int64_t>(1, e.maxSteps / 20) != 0 && e.step != e.maxSteps)
       return;
     const int width = 24;
@@ -59,7 +59,7 @@ void Progress::operator()(const run::RunEvent& e) {
                  "%s%s[%s] step %" PRId64 "/%" PRId64 "  loss %.4f  lr %.2e  %.0f tok/s  ETA %s%s",
                  m_tty ? "\r" : "", p, bar.c_str(), e.step, e.maxSteps, e.loss, e.lr,
                  e.tokensPerSecond, duration(e.etaSeconds).c_str(), m_tty ? "   " : "\n");
-  } else if (e.kind == "eval") {
+  } else if (e.kind == EventKind::Eval) {
     std::string metrics;
     for (const auto& [name, value] : e.metrics) {
       char buf[96];
@@ -67,14 +67,14 @@ void Progress::operator()(const run::RunEvent& e) {
       metrics += buf;
     }
     std::fprintf(stderr, "%seval at step %" PRId64 ":%s\n", p, e.step, metrics.c_str());
-  } else if (e.kind == "checkpoint") {
+  } else if (e.kind == EventKind::Checkpoint) {
     std::fprintf(stderr, "%scheckpoint: %s\n", p, e.path.c_str());
-  } else if (e.kind == "warning") {
+  } else if (e.kind == EventKind::Warning) {
     std::fprintf(stderr, "%swarning: %s\n", p, e.message.c_str());
-  } else if (e.kind == "started") {
+  } else if (e.kind == EventKind::Started) {
     std::fprintf(stderr, "%srun folder: %s (%s)\n", p, e.path.c_str(), e.message.c_str());
   } else {
-    std::fprintf(stderr, "%s%s%s%s\n", p, e.kind.c_str(), e.message.empty() ? "" : ": ",
+    std::fprintf(stderr, "%s%s%s%s\n", p, toString(e.kind), e.message.empty() ? "" : ": ",
                  e.message.c_str());
   }
   std::fflush(stderr);

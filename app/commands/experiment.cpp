@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cli.h"
+#include "fp4lab/common/time.h"
 #include "fp4lab/error.h"
 #include "fp4lab/run/experiment.h"
 #include "progress.h"
@@ -40,10 +41,11 @@ std::string plotsSection(const run::ExperimentResult& result, const std::string&
 #endif
 
 int runExperiment(const std::vector<std::string>& argv) {
-  Args args("experiment", argv, {"config", "output-dir"}, {"quick", "w4a16", "help"});
+  Args args("experiment", argv, {"config", "output-dir"},
+            {"quick", "w4a16", "help", "dry-run", "rerun-changed", "reuse-changed", "list-keys"});
   const char* usage =
-      "fp4lab experiment [--quick] [--w4a16] [--config FILE.yaml] [--output-dir DIR] "
-      "[key=value ...]";
+      "fp4lab experiment [--quick] [--w4a16] [--config FILE.yaml] [--output-dir DIR]\n"
+      "                  [--dry-run] [--rerun-changed | --reuse-changed] [key=value ...]";
   if (args.has("help")) {
     std::printf(
         "usage: %s\n\n"
@@ -51,11 +53,15 @@ int runExperiment(const std::vector<std::string>& argv) {
         "QAD from the SFT model in MXFP4 and NVFP4 (W4A4; --w4a16 for weights only), and QAT\n"
         "straight from the base model. Every stage is a run folder under DIR (default\n"
         "runs/experiment-<utc>); DIR/report.md and DIR/report.csv compare them%s. Running again\n"
-        "with the same DIR reuses the runs that finished. --quick is the small variant the tests\n"
-        "use. Keys (YAML or key=value): sft_steps, sft_lr, qat_steps, qat_lr, qad_steps, qad_lr,\n"
-        "batch_size, seq_len, task_items, formats, threads, seed, data_seed, ...\n"
-        "(docs/user-guide.md). repeats=3 runs PTQ, QAT and QAD at three run seeds and reports\n"
-        "their means and spread (one seed's gap recovered moves by tens of points).\n",
+        "with the same DIR reuses the runs that finished with the configuration that would run\n"
+        "now and resumes unfinished ones; a finished run that ran another configuration stops the\n"
+        "experiment before anything runs, unless --rerun-changed (move it to DIR/replaced/ and\n"
+        "run it again) or --reuse-changed (report it as it ran). --dry-run prints what would run.\n"
+        "--quick is the small variant the tests use. Keys (YAML or key=value; --list-keys prints\n"
+        "them all): sft_steps, sft_lr, qat_steps, qat_lr, qad_steps, qad_lr, batch_size, seq_len,\n"
+        "task_items, formats, threads, seed, data_seed, ... repeats=3 runs PTQ, QAT and QAD at\n"
+        "three run seeds and reports their means and spread (one seed's gap recovered moves by\n"
+        "tens of points).\n",
         usage,
 #ifdef FP4LAB_WITH_WIDGETS
         ",\nand DIR/report/ holds PNG plots of the curves (linked from report.md)"
@@ -65,6 +71,12 @@ int runExperiment(const std::vector<std::string>& argv) {
     );
     return 0;
   }
+  if (args.has("list-keys")) {
+    std::printf("%s", keyTable(true).c_str());
+    return 0;
+  }
+  if (args.has("rerun-changed") && args.has("reuse-changed"))
+    throw Error("--rerun-changed and --reuse-changed are alternatives", "fp4lab experiment");
   run::ExperimentConfig config =
       args.has("quick") ? run::ExperimentConfig::quick() : run::ExperimentConfig();
   if (args.has("config")) config.applyYamlFile(args.get("config", ""));
@@ -75,16 +87,18 @@ int runExperiment(const std::vector<std::string>& argv) {
     config.applyOverride(p);
   }
   if (args.has("w4a16")) config.activations = false;
+  config.validate();
 
   run::ExperimentOptions options;
   options.dir = args.get("output-dir", "");
-  if (options.dir.empty()) {
-    std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[64];
-    std::strftime(buf, sizeof buf, "runs/experiment-%Y%m%d-%H%M%S", &tm);
-    options.dir = buf;
+  if (options.dir.empty()) options.dir = "runs/experiment-" + utcCompactTimestamp();
+  options.changedRuns = args.has("rerun-changed")   ? run::ChangedRuns::Rerun
+                        : args.has("reuse-changed") ? run::ChangedRuns::Reuse
+                                                    : run::ChangedRuns::Refuse;
+  if (args.has("dry-run")) {
+    for (const auto& p : run::planExperiment(config, options))
+      std::printf("%-28s %-14s %s\n", p.name.c_str(), p.action.c_str(), p.detail.c_str());
+    return 0;
   }
   options.commandLine = "fp4lab experiment";
   for (const auto& a : argv) options.commandLine += " " + a;
@@ -98,7 +112,8 @@ int runExperiment(const std::vector<std::string>& argv) {
       current = name;
       progress = Progress(tty, "[" + name + "] ");
     }
-    if (e.kind == "checkpoint" || e.kind == "started") return;  // the run folders are known
+    if (e.kind == EventKind::Checkpoint || e.kind == EventKind::Started)
+      return;  // the run folders are known
     progress(e);
   };
   std::fprintf(stderr, "experiment folder: %s\n", options.dir.c_str());

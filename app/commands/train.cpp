@@ -1,5 +1,6 @@
 // `fp4lab train`, `fp4lab inspect`, `fp4lab eval`, `fp4lab generate`, `fp4lab base-model`: the
-// engine from the command line, the same code the GUI drives through `train --events jsonl`.
+// engine from the command line through its public interface (fp4lab/run/*.h), the same code the
+// GUI drives through `train --events jsonl`.
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,14 +15,12 @@
 #include <sstream>
 
 #include "cli.h"
-#include "progress.h"
 #include "fp4lab/error.h"
 #include "fp4lab/log/run_log.h"
+#include "fp4lab/run/model.h"
+#include "fp4lab/run/run_folder.h"
 #include "fp4lab/run/runner.h"
-#include "model/generate.h"
-#include "run/model_source.h"
-#include "run/task_eval.h"
-#include "train/recipe.h"
+#include "progress.h"
 
 namespace fp4lab::cli {
 namespace {
@@ -29,23 +28,36 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* kTrainUsage =
-    "fp4lab train --config RUN.yaml [key=value ...] [--output-dir DIR]\n"
-    "             [--resume-from-checkpoint PATH|latest] [--seed N] [--events jsonl]";
+    "fp4lab train (--config RUN.yaml | --defaults) [key=value ...] [--output-dir DIR]\n"
+    "             [--seed N] [--events jsonl] [--print-config] [--dry-run]\n"
+    "       fp4lab train --resume-from-checkpoint latest|PATH --output-dir DIR [key=value ...]\n"
+    "       fp4lab train --list-keys";
 
 }  // namespace
 
 int runTrain(const std::vector<std::string>& argv) {
   Args args("train", argv, {"config", "output-dir", "resume-from-checkpoint", "events", "seed"},
-            {"help"});
+            {"help", "defaults", "print-config", "dry-run", "list-keys"});
   if (args.has("help")) {
     std::printf(
-        "usage: %s\n\nRuns one run (recipe.name: sft, ptq, qat or qad). key=value overrides any "
-        "config key,\n"
-        "e.g. optim.lr=1e-4 train.max_steps=200. --events jsonl prints one JSON object per line\n"
-        "(started, step, eval, checkpoint, warning, finished, failed, cancelled) instead of the\n"
-        "progress bar. Ctrl-C or SIGTERM checkpoints and stops cleanly. Keys: "
-        "docs/user-guide.md.\n",
+        "usage: %s\n\n"
+        "Runs one run (recipe.name: sft, ptq, qat or qad) from a YAML config (--config) or the\n"
+        "built-in defaults (--defaults), with key=value overrides, e.g. optim.lr=1e-4\n"
+        "train.max_steps=200. --events jsonl prints one JSON object per line (started, step, "
+        "eval,\n"
+        "checkpoint, warning, finished, failed, cancelled) instead of the progress bar. Ctrl-C or\n"
+        "SIGTERM checkpoints and stops cleanly.\n\n"
+        "--resume-from-checkpoint latest --output-dir RUN continues the run in RUN from its own\n"
+        "run.yaml; overrides may change only what does not define the run (train.threads,\n"
+        "train.checkpoint_every, train.keep_checkpoints, run.output_dir).\n\n"
+        "--print-config prints the resolved config as YAML; --dry-run checks the config, the "
+        "model\n"
+        "folder and the data, and exits; --list-keys prints every key (docs/user-guide.md).\n",
         kTrainUsage);
+    return 0;
+  }
+  if (args.has("list-keys")) {
+    std::printf("%s", keyTable(false).c_str());
     return 0;
   }
   std::vector<std::string> overrides;
@@ -56,14 +68,43 @@ int runTrain(const std::vector<std::string>& argv) {
     overrides.push_back(p);
   }
   if (args.has("seed")) overrides.push_back("run.seed=" + args.get("seed", ""));
-  std::string events = args.choice("events", {"none", "jsonl"}, "none");
-  run::RunConfig config = args.has("config")
-                              ? run::RunConfig::fromYamlFile(args.get("config", ""), overrides)
-                              : run::RunConfig::fromYamlText("", overrides, "defaults");
+  const std::string events = args.choice("events", {"none", "jsonl"}, "none");
+  const bool resuming = args.has("resume-from-checkpoint");
+  if (args.has("config") && args.has("defaults"))
+    throw Error("--config and --defaults are alternatives", "fp4lab train",
+                "--defaults starts from the built-in defaults, --config from a file");
+  if (!resuming && !args.has("config") && !args.has("defaults") && overrides.empty()) {
+    // Never a run nobody asked for: `fp4lab train --defaults` is the built-in defaults.
+    std::fprintf(stderr,
+                 "fp4lab: error: fp4lab train: nothing to run: no --config, --defaults or "
+                 "key=value\n\nusage: %s\n\n(fp4lab train --help for details)\n",
+                 kTrainUsage);
+    return 2;
+  }
+
   run::RunOptions options;
   options.runDir = args.get("output-dir", "");
   options.resumeFrom = args.get("resume-from-checkpoint", "");
+  run::RunConfig config;
+  if (resuming) {
+    // The run is what its folder says it is: run.yaml, then the allowed overrides.
+    std::string dir = options.runDir;
+    if (dir.empty() && options.resumeFrom != "latest")
+      dir = std::filesystem::path(options.resumeFrom).parent_path().parent_path().string();
+    if (dir.empty())
+      throw Error("--resume-from-checkpoint latest needs --output-dir RUN_DIR", "fp4lab train",
+                  "name the run folder to resume");
+    config = run::resumeConfig(dir, overrides, args.get("config", ""));
+  } else {
+    config = args.has("config") ? run::RunConfig::fromYamlFile(args.get("config", ""), overrides)
+                                : run::RunConfig::fromYamlText("", overrides, "defaults");
+  }
+  if (args.has("print-config")) {
+    std::printf("%s", config.toYaml().c_str());
+    if (!args.has("dry-run")) return 0;
+  }
   options.stopRequested = &stopRequested();
+  options.dryRun = args.has("dry-run");
   Progress progress(isatty(fileno(stderr)));
   if (events == "jsonl") {
     options.onEvent = [](const run::RunEvent& e) {
@@ -80,31 +121,60 @@ int runTrain(const std::vector<std::string>& argv) {
   } catch (const Error& e) {
     if (events == "jsonl") {
       run::RunEvent failed;
-      failed.kind = "failed";
+      failed.kind = EventKind::Failed;
       failed.message = e.what();
       std::printf("%s\n", failed.toJson().c_str());
     }
     throw;
   }
-  if (r.state == "finished") return 0;
-  return r.state == "cancelled" ? 130 : 1;
+  if (options.dryRun) {
+    std::fprintf(stderr, "fp4lab: the config, model and data check out (%s); nothing was run\n",
+                 r.message.c_str());
+    return 0;
+  }
+  if (r.state == RunState::Finished) return 0;
+  return r.state == RunState::Cancelled ? 130 : 1;
 }
 
 int runInspect(const std::vector<std::string>& argv) {
-  Args args("inspect", argv, {}, {"help"});
+  Args args("inspect", argv, {"csv"}, {"help"});
+  const char* usage = "fp4lab inspect RUN_DIR [--csv train|eval]";
   if (args.has("help")) {
     std::printf(
-        "usage: fp4lab inspect RUN_DIR\n\nPrints a run's state, config, curves summary and events "
-        "from its folder.\n");
+        "usage: %s\n\nPrints a run's state, curves summary, worst quantized layers and events "
+        "from its folder.\n--csv train (or eval) prints every row of the log's /train (or /eval) "
+        "table as CSV instead,\nat full precision.\n",
+        usage);
     return 0;
   }
-  args.requirePositionals(1, "fp4lab inspect RUN_DIR");
+  args.requirePositionals(1, usage);
   const fs::path dir = args.positionals()[0];
   if (!fs::exists(dir / "log.h5"))
     throw Error("no log.h5: not a run folder", dir.string(), "pass runs/<run-id>");
+  if (args.has("csv")) {
+    const std::string table = args.choice("csv", {"train", "eval"}, "train");
+    log::RunLogReader reader((dir / "log.h5").string());
+    if (table == "train") {
+      std::printf("step,tokens,wall_s,loss,lr,grad_norm,tok_per_s\n");
+      for (const auto& r : reader.readTrain(0, reader.trainRows()))
+        std::printf("%" PRId64 ",%" PRId64 ",%.17g,%.9g,%.9g,%.9g,%.9g\n", r.step, r.tokens,
+                    r.wallSeconds, double(r.loss), double(r.lr), double(r.gradNorm),
+                    double(r.tokensPerSecond));
+    } else {
+      std::printf("step,tokens,wall_s");
+      for (const auto& c : reader.schema().evalColumns) std::printf(",%s", c.c_str());
+      std::printf("\n");
+      for (const auto& r : reader.readEval(0, reader.evalRows())) {
+        std::printf("%" PRId64 ",%" PRId64 ",%.17g", r.step, r.tokens, r.wallSeconds);
+        for (double v : r.values) std::printf(",%.17g", v);
+        std::printf("\n");
+      }
+    }
+    return 0;
+  }
   log::RunLogReader reader((dir / "log.h5").string());
   log::RootAttributes a = reader.attributes();
-  std::printf("run %s: %s\n", a.runId.c_str(), run::readRunState(dir.string()).c_str());
+  std::printf("run %s: %s\n", a.runId.c_str(), toString(run::readRunState(dir.string())));
   std::printf("recipe %s (%s), created %s\n", a.recipe.c_str(), a.format.c_str(),
               a.createdUtc.c_str());
   int64_t rows = reader.trainRows();
@@ -152,110 +222,84 @@ int runInspect(const std::vector<std::string>& argv) {
 }
 
 int runEval(const std::vector<std::string>& argv) {
-  Args args("eval", argv, {"data"}, {"per-example", "help"});
+  Args args("eval", argv, {"data"}, {"per-example", "bf16", "help"});
+  const char* usage = "fp4lab eval MODEL_DIR --data FILE.jsonl [--per-example] [--bf16]";
   if (args.has("help")) {
     std::printf(
-        "usage: fp4lab eval MODEL_DIR --data FILE.jsonl [--per-example]\n\nMean token "
-        "cross-entropy of the "
-        "model on the rows (assistant tokens of chat rows;\nevery token after the first of "
-        "input_ids rows).\n");
+        "usage: %s\n\nMean token cross-entropy of the model on the rows (assistant tokens of chat "
+        "rows;\nevery token after the first of input_ids rows). A model saved fake-quantized (a\n"
+        "PTQ/QAT/QAD run's model/ or checkpoint, with its quant_state.json) is scored as saved;\n"
+        "--bf16 scores its BF16 weights instead. Pre-tokenized rows need no tokenizer.json.\n",
+        usage);
     return 0;
   }
-  args.requirePositionals(1, "fp4lab eval MODEL_DIR --data FILE.jsonl [--per-example]");
-  if (!args.has("data")) throw Error("--data FILE.jsonl is required", "fp4lab eval");
-  run::ModelBundle bundle = run::loadModelBundle(args.positionals()[0], torch::kFloat32);
-  std::vector<data::Example> examples = run::loadExamples(args.get("data", ""), 0);
-  data::ChatTemplate chat(*bundle.tokenizer);
-  torch::NoGradGuard noGrad;
-  bundle.model->eval();
-  double total = 0;
-  int64_t tokens = 0;
-  for (size_t i = 0; i < examples.size(); ++i) {
-    const data::Example& e = examples[i];
-    data::TokenizedExample t = data::tokenize(e, chat);
-    const std::vector<int32_t>& ids = t.ids;
-    const std::vector<uint8_t>& mask = t.lossMask;
-    if (ids.size() < 2) continue;
-    const int64_t n = int64_t(ids.size()) - 1;
-    torch::Tensor input = torch::empty({1, n}, torch::kLong),
-                  target = torch::empty({1, n}, torch::kLong);
-    int64_t count = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      if (ids[size_t(j)] >= bundle.model->config().vocabSize ||
-          ids[size_t(j + 1)] >= bundle.model->config().vocabSize)
-        throw Error("token id outside the model's vocabulary", e.source);
-      input[0][j] = ids[size_t(j)];
-      target[0][j] = mask[size_t(j + 1)] ? int64_t(ids[size_t(j + 1)]) : int64_t(-100);
-      count += mask[size_t(j + 1)];
-    }
-    if (count == 0) continue;
-    double loss = train::tokenCrossEntropy(bundle.model->forward(input), target).item<double>();
-    total += loss * double(count);
-    tokens += count;
-    if (args.has("per-example"))
+  args.requirePositionals(1, usage);
+  if (!args.has("data")) throw Error("--data FILE.jsonl is required", "fp4lab eval", usage);
+  run::ModelLoadOptions load;
+  load.bf16Weights = args.has("bf16");
+  const run::Model model = run::Model::load(args.positionals()[0], load);
+  const std::vector<data::Example> examples = run::loadExamples(args.get("data", ""), 0);
+  const bool perExample = args.has("per-example");
+  const run::EvalResult r = model.evaluate(examples, [&](const run::ExampleScore& s) {
+    if (perExample)
       std::printf(
           "%s\n",
-          nlohmann::json{{"index", i}, {"source", e.source}, {"loss", loss}, {"tokens", count}}
+          nlohmann::json{
+              {"index", s.index}, {"source", s.source}, {"loss", s.loss}, {"tokens", s.tokens}}
               .dump()
               .c_str());
-  }
-  if (tokens == 0)
+  });
+  if (r.tokens == 0)
     throw Error("no tokens to score", args.get("data", ""),
                 "rows need assistant turns or input_ids");
-  double mean = total / double(tokens);
-  std::fprintf(args.has("per-example") ? stderr : stdout,
+  const run::ModelInfo& info = model.info();
+  std::fprintf(perExample ? stderr : stdout,
                "mean token cross-entropy %.6f over %" PRId64
-               " tokens in %zu rows (perplexity %.4f)\n",
-               mean, tokens, examples.size(), std::exp(mean));
+               " tokens in %zu rows (perplexity %.4f)\n"
+               "scored: %s\n",
+               r.meanLoss, r.tokens, r.rows, std::exp(r.meanLoss),
+               info.quantized     ? ("the fake-quantized model, " + info.quantization).c_str()
+               : load.bf16Weights ? "the BF16 weights (--bf16)"
+                                  : "the BF16 model");
   return 0;
 }
 
 int runGenerate(const std::vector<std::string>& argv) {
   Args args("generate", argv, {"prompt", "system", "max-new-tokens", "temperature", "seed"},
-            {"raw", "help"});
+            {"raw", "bf16", "help"});
+  const char* usage =
+      "fp4lab generate MODEL_DIR --prompt TEXT [--system TEXT] [--max-new-tokens N]\n"
+      "                       [--temperature T] [--seed S] [--raw] [--bf16]";
   if (args.has("help")) {
     std::printf(
-        "usage: fp4lab generate MODEL_DIR --prompt TEXT [--system TEXT] [--max-new-tokens N]\n"
-        "                       [--temperature T] [--seed S] [--raw]\n\n"
+        "usage: %s\n\n"
         "Prints the model's reply to TEXT as a user message (with --raw: the continuation of "
-        "TEXT).\n"
-        "Greedy at temperature 0 (the default).\n");
+        "TEXT).\nGreedy at temperature 0 (the default). --max-new-tokens (default 128) is capped "
+        "by the\nmodel's context. A fake-quantized model generates as saved; --bf16 uses its BF16 "
+        "weights.\n",
+        usage);
     return 0;
   }
-  args.requirePositionals(1, "fp4lab generate MODEL_DIR --prompt TEXT");
-  if (!args.has("prompt")) throw Error("--prompt TEXT is required", "fp4lab generate");
-  auto number = [&](const char* name, double fallback) {
-    std::string v = args.get(name, "");
-    if (v.empty()) return fallback;
-    try {
-      return std::stod(v);
-    } catch (...) {
-      throw Error(std::string("--") + name + " must be a number, not '" + v + "'",
-                  "fp4lab generate");
-    }
-  };
-  const double temperature = number("temperature", 0.0);
-  const int maxNew = int(number("max-new-tokens", 128));
-  const uint64_t seed = uint64_t(number("seed", 0));
-  if (temperature < 0 || maxNew < 1)
-    throw Error("--temperature must be >= 0 and --max-new-tokens >= 1", "fp4lab generate");
-  run::ModelBundle bundle = run::loadModelBundle(args.positionals()[0], torch::kFloat32);
-  run::ReplyOptions reply;
-  reply.maxNewTokens = maxNew, reply.temperature = temperature, reply.seed = seed;
-  if (args.has("raw")) {
-    const std::vector<int32_t> prompt = bundle.tokenizer->encode(args.get("prompt", ""));
-    std::vector<int64_t> out =
-        model::generate(bundle.model, std::vector<int64_t>(prompt.begin(), prompt.end()), maxNew,
-                        temperature, seed, bundle.model->config().stopTokenIds());
-    std::printf(
-        "%s\n",
-        bundle.tokenizer->decode(std::vector<int32_t>(out.begin(), out.end()), true).c_str());
-    return 0;
-  }
-  std::vector<data::Message> messages;
-  if (args.has("system")) messages.push_back({"system", args.get("system", "")});
-  messages.push_back({"user", args.get("prompt", "")});
-  std::printf("%s\n", run::chatReply(bundle.model, *bundle.tokenizer, messages, reply).c_str());
+  args.requirePositionals(1, usage);
+  if (!args.has("prompt")) throw Error("--prompt TEXT is required", "fp4lab generate", usage);
+  run::GenerateOptions g;
+  g.temperature = args.number("temperature", 0.0, 0.0, 100.0);
+  g.seed = uint64_t(args.integer("seed", 0, 0, INT64_MAX));
+  g.maxNewTokens = args.integer("max-new-tokens", 128, 1, 1 << 20);
+  g.system = args.get("system", "");
+  g.raw = args.has("raw");
+  if (g.raw && args.has("system"))
+    throw Error("--system does not apply with --raw", "fp4lab generate",
+                "--raw continues the text; drop one of them");
+  run::ModelLoadOptions load;
+  load.bf16Weights = args.has("bf16");
+  const run::Model model = run::Model::load(args.positionals()[0], load);
+  if (g.maxNewTokens >= model.info().contextLength)
+    throw Error("--max-new-tokens " + std::to_string(g.maxNewTokens) +
+                    " is beyond the model's context of " +
+                    std::to_string(model.info().contextLength) + " tokens",
+                "fp4lab generate", "ask for fewer (the prompt takes part of the context too)");
+  std::printf("%s\n", model.generate(args.get("prompt", ""), g).c_str());
   return 0;
 }
 

@@ -133,23 +133,27 @@ std::vector<int32_t> ChatTemplate::prompt(const std::vector<Message>& messages) 
   return std::move(out.example.ids);
 }
 
-TokenizedExample tokenize(const Example& example, const ChatTemplate& chatTemplate) {
-  if (!example.inputIds.empty()) {
-    const int32_t vocabSize = chatTemplate.tokenizer().vocabSize();
-    for (size_t i = 0; i < example.inputIds.size(); ++i) {
-      const int32_t id = example.inputIds[i];
-      if (id < 0 || id >= vocabSize) {
-        throw Error("input_ids[" + std::to_string(i) + "] = " + std::to_string(id) +
-                        " is outside the tokenizer's vocabulary of " + std::to_string(vocabSize),
-                    example.source, "was the dataset tokenized with another tokenizer?");
-      }
+TokenizedExample tokenizePreTokenized(const Example& example, int32_t vocabSize,
+                                      const char* vocabularyOf) {
+  for (size_t i = 0; i < example.inputIds.size(); ++i) {
+    const int32_t id = example.inputIds[i];
+    if (id < 0 || id >= vocabSize) {
+      throw Error("input_ids[" + std::to_string(i) + "] = " + std::to_string(id) +
+                      " is outside the " + vocabularyOf + "'s vocabulary of " +
+                      std::to_string(vocabSize),
+                  example.source, "was the dataset tokenized with another tokenizer?");
     }
-    TokenizedExample out;
-    out.ids = example.inputIds;
-    out.lossMask.assign(out.ids.size(), 1);
-    out.lossMask[0] = 0;
-    return out;
   }
+  TokenizedExample out;
+  out.ids = example.inputIds;
+  out.lossMask.assign(out.ids.size(), 1);
+  if (!out.lossMask.empty()) out.lossMask[0] = 0;
+  return out;
+}
+
+TokenizedExample tokenize(const Example& example, const ChatTemplate& chatTemplate) {
+  if (!example.inputIds.empty())
+    return tokenizePreTokenized(example, chatTemplate.tokenizer().vocabSize());
   if (example.messages.empty()) {
     throw Error("the example has neither messages nor input_ids", example.source);
   }

@@ -1,6 +1,7 @@
 // Attaching fake quantizers to a model's linear layers, calibrating them, and measuring them.
 #include "quant/quantize_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -62,26 +63,42 @@ bool globMatch(const std::string& pattern, const std::string& name) {
   return p == pattern.size();
 }
 
-std::vector<QuantizedLayer> attachQuantizers(model::CausalLM& model, const QuantOptions& options) {
+std::vector<std::string> selectLayers(model::CausalLM& model, const QuantOptions& options) {
   auto matchesAny = [](const std::vector<std::string>& patterns, const std::string& name) {
     for (const auto& p : patterns)
       if (globMatch(p, name)) return true;
     return false;
   };
-  fp4_config weightConfig = fp4_default_config(options.format);
-  weightConfig.scale_rule = options.scaleRule;
-  weightConfig.nvfp4_2d_blocks = options.format == FP4_FORMAT_NVFP4 && options.blocks2d;
-  fp4_config inputConfig = weightConfig;
-  inputConfig.nvfp4_2d_blocks = 0;
   const int64_t block = fp4_block_size(options.format);
-
-  std::vector<QuantizedLayer> layers;
+  std::vector<std::string> names;
   for (auto& [name, linear] : model->quantLinears()) {
     if (!matchesAny(options.include, name) || matchesAny(options.exclude, name)) continue;
     if (linear->inFeatures() % block != 0)
       throw Error("layer " + name + " has " + std::to_string(linear->inFeatures()) +
                       " inputs, not a multiple of the " + std::to_string(block) + "-element block",
                   "quant.include", "exclude it with quant.exclude");
+    names.push_back(name);
+  }
+  if (names.empty()) {
+    std::string all;
+    for (auto& [name, linear] : model->quantLinears()) all += (all.empty() ? "" : ", ") + name;
+    throw Error("no linear layer matches quant.include without matching quant.exclude",
+                "quant.include", "the model's linear layers are: " + all);
+  }
+  return names;
+}
+
+std::vector<QuantizedLayer> attachQuantizers(model::CausalLM& model, const QuantOptions& options) {
+  const std::vector<std::string> names = selectLayers(model, options);
+  fp4_config weightConfig = fp4_default_config(options.format);
+  weightConfig.scale_rule = options.scaleRule;
+  weightConfig.nvfp4_2d_blocks = options.format == FP4_FORMAT_NVFP4 && options.blocks2d;
+  fp4_config inputConfig = weightConfig;
+  inputConfig.nvfp4_2d_blocks = 0;
+
+  std::vector<QuantizedLayer> layers;
+  for (auto& [name, linear] : model->quantLinears()) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
     QuantizedLayer q;
     q.name = name;
     q.linear = linear;
@@ -94,13 +111,15 @@ std::vector<QuantizedLayer> attachQuantizers(model::CausalLM& model, const Quant
     linear->inputQuantizer = q.input;
     layers.push_back(std::move(q));
   }
-  if (layers.empty()) {
-    std::string names;
-    for (auto& [name, linear] : model->quantLinears()) names += (names.empty() ? "" : ", ") + name;
-    throw Error("no linear layer matches quant.include without matching quant.exclude",
-                "quant.include", "the model's linear layers are: " + names);
-  }
   return layers;
+}
+
+bool sameQuantization(const QuantOptions& a, const QuantOptions& b) {
+  if (a.format != b.format || a.activations != b.activations || a.backward != b.backward ||
+      a.frozenAmax != b.frozenAmax)
+    return false;
+  if (a.format == FP4_FORMAT_MXFP4) return a.scaleRule == b.scaleRule;
+  return a.blocks2d == b.blocks2d;
 }
 
 void calibrate(std::vector<QuantizedLayer>& layers, int64_t batches,
@@ -173,6 +192,13 @@ LayerErrors measureLayers(std::vector<QuantizedLayer>& layers) {
 std::string quantStateJson(const std::vector<QuantizedLayer>& layers, const QuantOptions& options) {
   nlohmann::json j;
   j["format"] = options.describe();
+  j["options"] = {
+      {"format", options.format == FP4_FORMAT_MXFP4 ? "mxfp4" : "nvfp4"},
+      {"scale_rule", options.scaleRule == FP4_SCALE_RULE_FLOOR ? "floor" : "ceil"},
+      {"blocks_2d", options.blocks2d},
+      {"activations", options.activations},
+      {"backward", options.backward == Backward::ClippedStraightThrough ? "clipped_ste" : "ste"},
+      {"amax", options.frozenAmax ? "frozen" : "dynamic"}};
   j["layers"] = nlohmann::json::object();
   for (const auto& l : layers) {
     nlohmann::json e;
@@ -201,6 +227,77 @@ void loadQuantState(std::vector<QuantizedLayer>& layers, const std::string& text
     l.weight->setAmax(read(e, "weight_amax", l.name));
     if (l.input) l.input->setAmax(read(e, "input_amax", l.name));
   }
+}
+
+namespace {
+
+QuantOptions optionsFromState(const nlohmann::json& j, const std::string& where) {
+  QuantOptions o;
+  auto text = [&](const nlohmann::json& e, const char* key) -> std::string {
+    if (!e.contains(key) || !e[key].is_string())
+      throw Error("malformed quantizer state (options." + std::string(key) + ")", where);
+    return e[key].get<std::string>();
+  };
+  auto flag = [&](const nlohmann::json& e, const char* key) {
+    if (!e.contains(key) || !e[key].is_boolean())
+      throw Error("malformed quantizer state (options." + std::string(key) + ")", where);
+    return e[key].get<bool>();
+  };
+  if (j.contains("options") && j["options"].is_object()) {
+    const nlohmann::json& e = j["options"];
+    const std::string format = text(e, "format");
+    if (format != "mxfp4" && format != "nvfp4")
+      throw Error("unknown format '" + format + "' in the quantizer state", where);
+    o.format = format == "mxfp4" ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
+    o.scaleRule = text(e, "scale_rule") == "floor" ? FP4_SCALE_RULE_FLOOR : FP4_SCALE_RULE_CEIL;
+    o.blocks2d = flag(e, "blocks_2d");
+    o.activations = flag(e, "activations");
+    o.backward = text(e, "backward") == "clipped_ste" ? Backward::ClippedStraightThrough
+                                                      : Backward::StraightThrough;
+    o.frozenAmax = text(e, "amax") == "frozen";
+    return o;
+  }
+  // Before the options were recorded: the description describe() wrote.
+  if (!j.contains("format") || !j["format"].is_string())
+    throw Error("malformed quantizer state (no \"options\" or \"format\")", where);
+  const std::string d = j["format"].get<std::string>();
+  auto has = [&](const char* part) { return d.find(part) != std::string::npos; };
+  if (!has("MXFP4") && !has("NVFP4"))
+    throw Error("the quantizer state's format '" + d + "' is neither MXFP4 nor NVFP4", where);
+  o.format = has("MXFP4") ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
+  o.activations = !has("W4A16");
+  o.scaleRule = has("floor scales") ? FP4_SCALE_RULE_FLOOR : FP4_SCALE_RULE_CEIL;
+  o.blocks2d = has("16x16");
+  o.backward = has("clipped STE") ? Backward::ClippedStraightThrough : Backward::StraightThrough;
+  o.frozenAmax = !has("dynamic amax");
+  return o;
+}
+
+}  // namespace
+
+SavedQuantizers attachSavedQuantizers(model::CausalLM& model, const std::string& text,
+                                      const std::string& where) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("layers") || !j["layers"].is_object() ||
+      j["layers"].empty())
+    throw Error("malformed quantizer state (no \"layers\" object)", where,
+                "load the BF16 weights instead (--bf16, or model.bf16_weights=true)");
+  SavedQuantizers saved;
+  saved.options = optionsFromState(j, where);
+  // Exactly the layers the file names: their names as include patterns (they hold no wildcards).
+  std::vector<std::string> known;
+  for (auto& [name, linear] : model->quantLinears()) known.push_back(name);
+  for (const auto& item : j["layers"].items()) {
+    if (std::find(known.begin(), known.end(), item.key()) == known.end())
+      throw Error("the quantizer state names layer " + item.key() + ", which the model lacks",
+                  where, "is this quant_state.json from another model?");
+    if (item.key().find_first_of("*?") != std::string::npos)
+      throw Error("malformed layer name '" + item.key() + "' in the quantizer state", where);
+    saved.options.include.push_back(item.key());
+  }
+  saved.layers = attachQuantizers(model, saved.options);
+  loadQuantState(saved.layers, text, where);
+  return saved;
 }
 
 }  // namespace fp4lab::quant

@@ -31,6 +31,10 @@ struct QuantOptions {
   std::string describe() const;
 };
 
+// The file of a model or checkpoint folder that records its fake quantizers (options, layers and
+// calibrated amaxes), written by the quantizing recipes.
+constexpr const char* kQuantStateFile = "quant_state.json";
+
 // '*' matches any run of characters (dots included), '?' one character.
 bool globMatch(const std::string& pattern, const std::string& name);
 
@@ -40,9 +44,16 @@ struct QuantizedLayer {
   std::shared_ptr<FakeQuantizer> weight, input;  // input null with W4A16
 };
 
-// Attaches quantizers to every QuantLinear matching an include and no exclude pattern. Throws if
-// nothing matches or a matching layer's input size is not a multiple of the block.
+// The HF module names of the QuantLinears matching an include and no exclude pattern, in model
+// order. Throws if nothing matches or a matching layer's input size is not a multiple of the
+// block.
+std::vector<std::string> selectLayers(model::CausalLM& model, const QuantOptions& options);
+// Attaches quantizers to the layers selectLayers picks.
 std::vector<QuantizedLayer> attachQuantizers(model::CausalLM& model, const QuantOptions& options);
+
+// Whether two option sets quantize identically (include/exclude aside, and the settings that do
+// not apply to the format: scale rule for NVFP4, 2-D blocks for MXFP4).
+bool sameQuantization(const QuantOptions& a, const QuantOptions& b);
 
 // Max calibration: runs `forward(i)` for i in [0, batches) under no-grad with every quantizer
 // recording max |x|, then freezes the amaxes.
@@ -64,10 +75,21 @@ struct LayerErrors {
 // with W4A16 or when nothing was measured).
 LayerErrors measureLayers(std::vector<QuantizedLayer>& layers);
 
-// {"format": ..., "layers": {name: {"weight_amax": a, "input_amax": b}}} and back; loading checks
-// that the layers match.
+// {"format": describe(), "options": {format, scale_rule, blocks_2d, activations, backward, amax},
+// "layers": {name: {"weight_amax": a, "input_amax": b}}} and back; loading checks that the layers
+// match.
 std::string quantStateJson(const std::vector<QuantizedLayer>& layers, const QuantOptions& options);
 void loadQuantState(std::vector<QuantizedLayer>& layers, const std::string& json,
                     const std::string& where);
+
+// A saved quant_state.json re-attached to a loaded model: quantizers on exactly the layers it
+// names, with its options and amaxes (files without "options", from before it was recorded, are
+// read from their "format" description).
+struct SavedQuantizers {
+  QuantOptions options;
+  std::vector<QuantizedLayer> layers;
+};
+SavedQuantizers attachSavedQuantizers(model::CausalLM& model, const std::string& json,
+                                      const std::string& where);
 
 }  // namespace fp4lab::quant

@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "fp4lab/data/builtin_tasks.h"
 #include "fp4lab/data/dataset.h"
 #include "fp4lab/data/shuffle.h"
+#include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
 #include "fp4lab/run/runner.h"
 #include "fp4lab_build_config.h"
@@ -47,12 +49,32 @@ model::ModelConfig builtinTinyConfig(int64_t vocab) {
   return c;
 }
 
-std::unique_ptr<data::Tokenizer> loadTokenizerFor(const fs::path& dir) {
+std::unique_ptr<data::Tokenizer> loadTokenizerFor(const fs::path& dir, const std::string& why) {
   if (fs::exists(dir / "tokenizer.json"))
     return data::loadTokenizerJson((dir / "tokenizer.json").string());
   if (fs::exists(dir / "fp4lab_tokenizer.json")) return data::makeByteTokenizer();
-  throw Error("no tokenizer.json in the model folder", dir.string(),
-              "copy the model's tokenizer.json next to its config.json");
+  throw Error("no tokenizer.json in the model folder, and " + why + " needs one", dir.string(),
+              "copy the model's tokenizer.json next to its config.json (pre-tokenized "
+              "{\"input_ids\": [...]} rows need none)");
+}
+
+// What a Hugging Face model folder must hold, checked before anything is parsed.
+void checkModelFolder(const fs::path& dir) {
+  if (!fs::exists(dir))
+    throw Error("model folder does not exist", dir.string(),
+                "pass a Hugging Face folder (config.json + model.safetensors), or builtin:tiny");
+  if (!fs::is_directory(dir))
+    throw Error("not a folder", dir.string(),
+                "pass the model's folder (config.json + model.safetensors), not a file in it");
+  std::vector<std::string> missing;
+  if (!fs::exists(dir / "config.json")) missing.push_back("config.json");
+  if (!fs::exists(dir / "model.safetensors") && !fs::exists(dir / "model.safetensors.index.json"))
+    missing.push_back("model.safetensors (or model.safetensors.index.json with its shards)");
+  if (missing.empty()) return;
+  std::string list;
+  for (const auto& m : missing) list += (list.empty() ? "" : " and ") + m;
+  throw Error("not a model folder: no " + list, dir.string(),
+              "a Hugging Face model folder holds config.json and model.safetensors");
 }
 
 struct FileLock {
@@ -107,15 +129,15 @@ std::string buildBuiltinModel(const std::string& destination, bool verbose) {
                  "fp4lab: building the built-in base model into %s (%lld steps, a few minutes)\n",
                  dest.c_str(), (long long)c.maxSteps);
     options.onEvent = [](const RunEvent& e) {
-      if (e.kind == "step" && (e.step % 50 == 0 || e.step == e.maxSteps))
+      if (e.kind == EventKind::Step && (e.step % 50 == 0 || e.step == e.maxSteps))
         std::fprintf(stderr, "  step %lld/%lld  loss %.3f  %.0f tok/s\n", (long long)e.step,
                      (long long)e.maxSteps, e.loss, e.tokensPerSecond);
     };
   }
   RunResult r = executeRun(c, options);
-  if (r.state != "finished")
+  if (r.state != RunState::Finished)
     throw Error("building the built-in model failed: " + r.message, options.runDir);
-  model::publishFolder((fs::path(options.runDir) / "model").string(), dest.string());
+  files::publishFolder((fs::path(options.runDir) / "model").string(), dest.string());
   return dest.string();
 }
 
@@ -133,13 +155,38 @@ std::string builtinModelPath() {
   return buildBuiltinModel(cached.string(), true);
 }
 
-ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_t seed) {
+const data::Tokenizer& ModelBundle::tokenizer(const std::string& why) const {
+  if (!loadedTokenizer) {
+    loadedTokenizer = loadTokenizerFor(source, why);
+    if (loadedTokenizer->vocabSize() > model->config().vocabSize) {
+      const int64_t tokens = loadedTokenizer->vocabSize();
+      loadedTokenizer.reset();
+      throw Error("the tokenizer has " + std::to_string(tokens) + " tokens but the model only " +
+                      std::to_string(model->config().vocabSize),
+                  source, "the tokenizer.json does not belong to this model");
+    }
+  }
+  return *loadedTokenizer;
+}
+
+bool ModelBundle::hasTokenizer() const {
+  return loadedTokenizer || fs::exists(fs::path(source) / "tokenizer.json") ||
+         fs::exists(fs::path(source) / "fp4lab_tokenizer.json");
+}
+
+std::string ModelBundle::quantization() const {
+  if (quantizers.empty()) return "bf16";
+  return quantOptions.describe() + " (" + std::to_string(quantizers.size()) + " layers)";
+}
+
+ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_t seed,
+                            bool bf16Weights) {
   ModelBundle b;
   b.source = path;
   if (path == "scratch:tiny") {
-    b.tokenizer = data::makeByteTokenizer();
+    b.loadedTokenizer = data::makeByteTokenizer();
     torch::manual_seed(seed);
-    b.model = model::CausalLM(builtinTinyConfig(b.tokenizer->vocabSize()));
+    b.model = model::CausalLM(builtinTinyConfig(b.loadedTokenizer->vocabSize()));
     b.model->to(dtype);
     return b;
   }
@@ -150,16 +197,19 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
     dir = builtinModelPath();
   else if (path.rfind("builtin:", 0) == 0)
     throw Error("unknown built-in model '" + path + "'", "model.path", "use builtin:tiny");
-  if (!fs::is_directory(dir))
-    throw Error("model folder does not exist", dir,
-                "pass a Hugging Face folder (config.json + safetensors)");
-  b.tokenizer = loadTokenizerFor(dir);
+  checkModelFolder(dir);
   b.model = model::loadPretrained(dir, dtype, torch::kCPU);
-  if (b.tokenizer->vocabSize() > b.model->config().vocabSize)
-    throw Error("the tokenizer has " + std::to_string(b.tokenizer->vocabSize()) +
-                    " tokens but the model only " + std::to_string(b.model->config().vocabSize),
-                dir, "the tokenizer.json does not belong to this model");
   b.source = dir;
+  const fs::path state = fs::path(dir) / quant::kQuantStateFile;
+  if (!bf16Weights && fs::exists(state)) {
+    std::ifstream in(state);
+    std::stringstream text;
+    text << in.rdbuf();
+    quant::SavedQuantizers saved =
+        quant::attachSavedQuantizers(b.model, text.str(), state.string());
+    b.quantizers = std::move(saved.layers);
+    b.quantOptions = saved.options;
+  }
   return b;
 }
 
@@ -168,12 +218,15 @@ void saveModelBundle(const ModelBundle& bundle, const std::string& dir, torch::D
   model::SaveOptions options;
   options.dtype = dtype;
   fs::path byteMarker;
-  if (bundle.tokenizer->kind() == "byte") {
+  const bool byteTokenizer = bundle.loadedTokenizer
+                                 ? bundle.loadedTokenizer->kind() == "byte"
+                                 : fs::exists(fs::path(bundle.source) / "fp4lab_tokenizer.json");
+  if (byteTokenizer) {
     byteMarker = fs::temp_directory_path() / ("fp4lab-" + std::to_string(getpid())) /
                  "fp4lab_tokenizer.json";
     fs::create_directories(byteMarker.parent_path());
     std::ofstream(byteMarker)
-        << nlohmann::json{{"type", "byte"}, {"vocab_size", bundle.tokenizer->vocabSize()}}.dump(2)
+        << nlohmann::json{{"type", "byte"}, {"vocab_size", bundle.tokenizer().vocabSize()}}.dump(2)
         << "\n";
     options.extraFiles.push_back(byteMarker.string());
   } else {
@@ -212,7 +265,7 @@ std::vector<data::Sequence> randomSequences(size_t count, int seqLen, int32_t vo
 }
 }  // namespace
 
-DataBundle loadTrainingData(const RunConfig& config, const data::Tokenizer& tokenizer) {
+DataBundle loadTrainingData(const RunConfig& config, const ModelBundle& bundle) {
   if (config.trainData == "random:tokens") {
     // Random training tokens; validation still needs real text (data.validation).
     if (config.validationData.empty())
@@ -223,10 +276,11 @@ DataBundle loadTrainingData(const RunConfig& config, const data::Tokenizer& toke
     real.validationData.clear();
     real.validationFraction = 0;
     DataBundle d;
-    d.validation = loadTrainingData(real, tokenizer).train;
+    d.validation = loadTrainingData(real, bundle).train;
     if (int64_t(d.validation.size()) > config.validationMax)
       d.validation.resize(size_t(config.validationMax));
-    d.train = randomSequences(4096, config.seqLen, tokenizer.vocabSize(), config.dataSeed);
+    d.train = randomSequences(4096, config.seqLen, int32_t(bundle.model->config().vocabSize),
+                              config.dataSeed);
     d.trainSequences = d.train.size();
     return d;
   }
@@ -245,19 +299,38 @@ DataBundle loadTrainingData(const RunConfig& config, const data::Tokenizer& toke
   if (int64_t(validation.size()) > config.validationMax)
     validation.resize(size_t(config.validationMax));
 
-  data::ChatTemplate chat(tokenizer);
   auto tokenize = [&](const std::vector<data::Example>& examples) {
-    std::vector<data::TokenizedExample> out;
-    out.reserve(examples.size());
-    for (const auto& e : examples) out.push_back(data::tokenize(e, chat));
-    return out;
+    return tokenizeExamples(examples, bundle);
   };
-  const int32_t pad = tokenizer.padId().value_or(tokenizer.eosId().value_or(0));
+  int32_t pad = 0;
+  if (bundle.hasTokenizer()) {
+    const data::Tokenizer& tokenizer = bundle.tokenizer("padding");
+    pad = tokenizer.padId().value_or(tokenizer.eosId().value_or(0));
+  }
   DataBundle d;
   d.train = data::packSequences(tokenize(train), config.seqLen, pad, config.pack);
   d.validation = data::packSequences(tokenize(validation), config.seqLen, pad, config.pack);
   d.trainSequences = d.train.size();
   return d;
+}
+
+std::vector<data::TokenizedExample> tokenizeExamples(const std::vector<data::Example>& examples,
+                                                     const ModelBundle& bundle) {
+  std::unique_ptr<data::ChatTemplate> chat;
+  std::vector<data::TokenizedExample> out;
+  out.reserve(examples.size());
+  for (const auto& e : examples) {
+    if (!e.inputIds.empty()) {
+      out.push_back(
+          data::tokenizePreTokenized(e, int32_t(bundle.model->config().vocabSize), "model"));
+      continue;
+    }
+    if (!chat)
+      chat =
+          std::make_unique<data::ChatTemplate>(bundle.tokenizer("a chat row (" + e.source + ")"));
+    out.push_back(data::tokenize(e, *chat));
+  }
+  return out;
 }
 
 }  // namespace fp4lab::run

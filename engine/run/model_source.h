@@ -11,41 +11,55 @@
 #include "fp4lab/data/chat_template.h"
 #include "fp4lab/data/packing.h"
 #include "fp4lab/data/tokenizer.h"
+#include "fp4lab/run/model.h"
 #include "fp4lab/run/run_config.h"
 #include "model/causal_lm.h"
 #include "model/pretrained.h"
+#include "quant/quantize_model.h"
 
 namespace fp4lab::run {
 
+// A loaded model: the network, where it came from, the fake quantizers its folder's
+// quant_state.json re-attached (empty for a BF16 model, or when loaded with bf16Weights), and
+// its tokenizer, read from the folder the first time something needs it.
 struct ModelBundle {
   model::CausalLM model{nullptr};
-  std::unique_ptr<data::Tokenizer> tokenizer;
   std::string source;  // the folder it came from, or scratch:<name>
+  std::vector<quant::QuantizedLayer> quantizers;
+  quant::QuantOptions quantOptions;  // meaningful when quantizers is not empty
+
+  // The tokenizer (tokenizer.json, or fp4lab's byte tokenizer); throws fp4lab::Error saying what
+  // is missing when the folder has none. `why`: what needs it, for the message.
+  const data::Tokenizer& tokenizer(const std::string& why = "this") const;
+  bool hasTokenizer() const;
+  // "bf16", or the quantization as saved, e.g. "NVFP4 W4A4, 1-D blocks, clipped STE, calibrated
+  // amax (28 layers)".
+  std::string quantization() const;
+
+  mutable std::unique_ptr<data::Tokenizer> loadedTokenizer;
 };
 
-// `path`: a Hugging Face folder; builtin:tiny (the shipped base model, built on first use);
-// scratch:tiny (the same architecture, randomly initialised from `seed`).
-ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_t seed = 0);
+// `path`: a Hugging Face folder (a run's model/ or checkpoint with its quant_state.json is
+// loaded fake-quantized as saved, unless `bf16Weights`); builtin:tiny (the shipped base model,
+// built on first use); scratch:tiny (the same architecture, randomly initialised from `seed`).
+// A folder that is not a model folder is an error saying what it lacks.
+ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_t seed = 0,
+                            bool bf16Weights = false);
 // Saves the model (BF16) and its tokenizer description as a Hugging Face folder, atomically.
 void saveModelBundle(const ModelBundle& bundle, const std::string& dir,
                      torch::Dtype dtype = torch::kBFloat16);
 
-// The folder of the built-in base model: the one shipped in resources/models/tiny-v2 (or installed
-// under share/fp4lab), else a copy built once into the cache.
-std::string builtinModelPath();
-// Trains the built-in base model from random weights with its recipe into `destination`
-// (a few minutes on two cores); how the shipped one was made.
-std::string buildBuiltinModel(const std::string& destination, bool verbose = true);
-// fp4lab's cache folder: $FP4LAB_HOME, else $XDG_CACHE_HOME/fp4lab, else ~/.cache/fp4lab.
-std::string cacheRoot();
-
-// JSONL file or builtin:<name>.
-std::vector<data::Example> loadExamples(const std::string& source, uint64_t seed);
+// (builtinModelPath, buildBuiltinModel and cacheRoot: fp4lab/run/model.h.)
 
 struct DataBundle {
   std::vector<data::Sequence> train, validation;
   size_t trainSequences = 0;
 };
-DataBundle loadTrainingData(const RunConfig& config, const data::Tokenizer& tokenizer);
+// Tokenized and packed training and validation sequences; the tokenizer is asked for only when
+// rows need it (chat rows; pre-tokenized rows are checked against the model's vocabulary).
+DataBundle loadTrainingData(const RunConfig& config, const ModelBundle& bundle);
+// Pre-tokenized rows as they are, chat rows through the model's tokenizer and chat template.
+std::vector<data::TokenizedExample> tokenizeExamples(const std::vector<data::Example>& examples,
+                                                     const ModelBundle& bundle);
 
 }  // namespace fp4lab::run

@@ -11,166 +11,202 @@
 #include <sstream>
 
 #include "fp4lab/error.h"
+#include "run/key_table.h"
 
 namespace fp4lab::run {
 namespace {
 
-struct Field {
-  const char* key;
-  std::function<void(RunConfig&, const YAML::Node&, const std::string& where)> set;
-  std::function<YAML::Node(const RunConfig&)> get;
-};
+using Binding = keys::Binding<RunConfig>;
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
-template <class T>
-T convert(const YAML::Node& node, const std::string& key, const std::string& where,
-          const char* typeName) {
-  if (!node.IsScalar())
-    throw Error(
-        "'" + key + "' must be a " + typeName + ", not a " + (node.IsMap() ? "map" : "list"),
-        where);
-  try {
-    return node.as<T>();
-  } catch (const YAML::Exception&) {
-    throw Error("'" + key + "' must be a " + typeName + ", got '" + node.Scalar() + "'", where);
-  }
+ConfigKey text(const char* name, const char* help) {
+  ConfigKey k;
+  k.name = name, k.type = KeyType::String, k.help = help;
+  return k;
+}
+ConfigKey choice(const char* name, std::vector<std::string> choices, const char* help) {
+  ConfigKey k = text(name, help);
+  k.type = KeyType::Choice, k.choices = std::move(choices);
+  return k;
+}
+ConfigKey boolean(const char* name, const char* help) {
+  ConfigKey k = text(name, help);
+  k.type = KeyType::Boolean;
+  return k;
+}
+ConfigKey integer(const char* name, double min, double max, const char* help) {
+  ConfigKey k = text(name, help);
+  k.type = KeyType::Integer, k.min = min, k.max = max;
+  return k;
+}
+ConfigKey real(const char* name, double min, double max, const char* help,
+               bool minExclusive = false, bool maxExclusive = false) {
+  ConfigKey k = text(name, help);
+  k.type = KeyType::Number, k.min = min, k.max = max;
+  k.minExclusive = minExclusive, k.maxExclusive = maxExclusive;
+  return k;
+}
+// Keys that may change on resume and do not change what the run computes.
+ConfigKey operational(ConfigKey k) {
+  k.definesRun = false;
+  return k;
 }
 
-template <class T>
-Field field(const char* key, T RunConfig::*member, const char* typeName) {
-  return Field{key,
-               [=](RunConfig& c, const YAML::Node& n, const std::string& where) {
-                 T v = convert<T>(n, key, where, typeName);
-                 if constexpr (std::is_floating_point_v<T>)
-                   if (!std::isfinite(v))
-                     throw Error("'" + std::string(key) + "' must be finite", where);
-                 c.*member = v;
-               },
-               [=](const RunConfig& c) { return YAML::Node(c.*member); }};
-}
+constexpr double kMaxSeed = 18446744073709551615.0;
+constexpr double kMaxSteps = 1e9;
 
-const std::vector<Field>& fields() {
-  static const std::vector<Field> f = {
-      field("run.name", &RunConfig::name, "string"),
-      field("run.output_dir", &RunConfig::outputDir, "string"),
-      field("run.seed", &RunConfig::seed, "non-negative integer"),
-      field("model.path", &RunConfig::modelPath, "string"),
-      field("model.compute_dtype", &RunConfig::computeDtype, "string"),
-      field("data.train", &RunConfig::trainData, "string"),
-      field("data.validation", &RunConfig::validationData, "string"),
-      field("data.validation_fraction", &RunConfig::validationFraction, "number"),
-      field("data.validation_max", &RunConfig::validationMax, "integer"),
-      field("data.seq_len", &RunConfig::seqLen, "integer"),
-      field("data.pack", &RunConfig::pack, "boolean"),
-      field("data.seed", &RunConfig::dataSeed, "non-negative integer"),
-      field("recipe.name", &RunConfig::recipe, "string"),
-      field("recipe.teacher", &RunConfig::teacher, "string"),
-      field("recipe.temperature", &RunConfig::temperature, "number"),
-      field("recipe.ce_weight", &RunConfig::ceWeight, "number"),
-      field("quant.format", &RunConfig::quantFormat, "string"),
-      field("quant.scale_rule", &RunConfig::scaleRule, "string"),
-      field("quant.blocks_2d", &RunConfig::blocks2d, "boolean"),
-      field("quant.activations", &RunConfig::quantActivations, "boolean"),
-      field("quant.backward", &RunConfig::quantBackward, "string"),
-      field("quant.amax", &RunConfig::amaxMode, "string"),
-      field("quant.calib_batches", &RunConfig::calibBatches, "integer"),
-      field("quant.include", &RunConfig::quantInclude, "string"),
-      field("quant.exclude", &RunConfig::quantExclude, "string"),
-      field("optim.lr", &RunConfig::lr, "number"),
-      field("optim.min_lr_ratio", &RunConfig::minLrRatio, "number"),
-      field("optim.warmup_ratio", &RunConfig::warmupRatio, "number"),
-      field("optim.weight_decay", &RunConfig::weightDecay, "number"),
-      field("optim.beta1", &RunConfig::beta1, "number"),
-      field("optim.beta2", &RunConfig::beta2, "number"),
-      field("optim.eps", &RunConfig::eps, "number"),
-      field("optim.grad_clip", &RunConfig::gradClip, "number"),
-      field("train.batch_size", &RunConfig::batchSize, "integer"),
-      field("train.grad_accum", &RunConfig::gradAccum, "integer"),
-      field("train.max_steps", &RunConfig::maxSteps, "integer"),
-      field("train.eval_every", &RunConfig::evalEvery, "integer"),
-      field("train.eval_batches", &RunConfig::evalBatches, "integer"),
-      field("train.checkpoint_every", &RunConfig::checkpointEvery, "integer"),
-      field("train.keep_checkpoints", &RunConfig::keepCheckpoints, "integer"),
-      field("train.threads", &RunConfig::threads, "integer"),
-      field("eval.reference", &RunConfig::reference, "string"),
-      field("eval.tasks", &RunConfig::tasks, "string"),
-      field("eval.task_items", &RunConfig::taskItems, "integer"),
-      field("eval.task_every", &RunConfig::taskEvery, "integer"),
-      field("eval.max_new_tokens", &RunConfig::maxNewTokens, "integer"),
+const std::vector<Binding>& table() {
+  using C = RunConfig;
+  using keys::bind;
+  static const std::vector<Binding> t = {
+      bind(&C::name, text("run.name",
+                          "the run's name; the folder is run.output_dir/<name>-<UTC time> unless "
+                          "--output-dir names it")),
+      bind(&C::outputDir, operational(text("run.output_dir", "where run folders go"))),
+      bind(&C::seed,
+           integer("run.seed", 0, kMaxSeed,
+                   "seeds the training order (and calibration batches), random initialisation and "
+                   "sampling: what a repeated run varies (--seed sets it too)")),
+      bind(&C::modelPath,
+           text("model.path",
+                "a Hugging Face folder (config.json, model.safetensors or shards, tokenizer.json), "
+                "a run's model/ or checkpoint (loaded with its quantizers), builtin:tiny (the "
+                "shipped base model), or scratch:tiny (same shape, random weights)")),
+      bind(
+          &C::bf16Weights,
+          boolean("model.bf16_weights",
+                  "true: load model.path, recipe.teacher and eval.reference as their BF16 weights, "
+                  "ignoring a saved quant_state.json (default: as saved, fake-quantized)")),
+      bind(&C::computeDtype, choice("model.compute_dtype", {"bf16", "fp32"},
+                                    "bf16: autocast to bfloat16 with fp32 master weights; fp32")),
+      bind(
+          &C::trainData,
+          text("data.train",
+               "a JSONL file or builtin:pretrain, builtin:sft, builtin:tasks-val, or random:tokens "
+               "(uniformly random token ids, every position scored; needs data.validation)")),
+      bind(&C::validationData, text("data.validation",
+                                    "a JSONL file; without one, data.validation_fraction of the "
+                                    "training rows are held out")),
+      bind(&C::validationFraction, real("data.validation_fraction", 0, 1,
+                                        "the fraction of the training rows held out for validation "
+                                        "when data.validation is empty",
+                                        false, true)),
+      bind(&C::validationMax,
+           integer("data.validation_max", 0, 1e9, "at most this many validation rows")),
+      bind(&C::seqLen,
+           integer("data.seq_len", 8, 1 << 20,
+                   "tokens per training sequence (at most the model's context length)")),
+      bind(&C::pack,
+           boolean("data.pack",
+                   "concatenate rows into full sequences (false: one row per sequence, padded)")),
+      bind(
+          &C::dataSeed,
+          integer("data.seed", 0, kMaxSeed,
+                  "which examples a builtin: source generates, which rows data.validation_fraction "
+                  "holds out, the random:tokens data and the task items graded; runs that differ "
+                  "only in run.seed are evaluated on the same rows and items")),
+      bind(&C::recipe, choice("recipe.name", {"sft", "ptq", "qat", "qad"},
+                              "sft, ptq, qat or qad (docs/user-guide.md, Quantization recipes)")),
+      bind(&C::teacher,
+           text("recipe.teacher",
+                "qad: the frozen teacher, normally the BF16 SFT model (empty: model.path)")),
+      bind(&C::temperature,
+           real("recipe.temperature", 0, 1e3,
+                "qad: KL(p_teacher || p_student) at this temperature (the loss is scaled by T^2)",
+                true)),
+      bind(&C::ceWeight,
+           real("recipe.ce_weight", 0, 1e6, "qad: loss = KL + ce_weight x cross-entropy")),
+      bind(&C::quantFormat, choice("quant.format", {"none", "mxfp4", "nvfp4"},
+                                   "mxfp4 or nvfp4 (required by ptq, qat, qad); none for sft")),
+      bind(&C::scaleRule, choice("quant.scale_rule", {"ceil", "floor"},
+                                 "MXFP4 block scales: ceil (never clips) or floor (OCP MX)")),
+      bind(&C::blocks2d,
+           boolean("quant.blocks_2d", "NVFP4 weights in 16x16 tiles (one scale per tile)")),
+      bind(&C::quantActivations,
+           boolean("quant.activations",
+                   "W4A4: quantize every selected layer's input too; false: W4A16 (weights only)")),
+      bind(&C::quantBackward,
+           choice("quant.backward", {"auto", "ste", "clipped_ste"},
+                  "ste, clipped_ste (zero gradient where |x| > the calibrated amax), or auto: "
+                  "clipped for NVFP4, plain for MXFP4 (ModelOpt's defaults)")),
+      bind(&C::amaxMode,
+           choice(
+               "quant.amax", {"frozen", "dynamic"},
+               "per-tensor amax: frozen after max calibration, or dynamic (measured every call)")),
+      bind(&C::calibBatches,
+           integer("quant.calib_batches", 0, 1e6, "training batches for max calibration")),
+      bind(&C::quantInclude,
+           text("quant.include",
+                "comma-separated globs over Hugging Face module names (* crosses dots)")),
+      bind(&C::quantExclude,
+           text("quant.exclude", "never quantized: the output layer, embeddings, MoE routers")),
+      bind(&C::lr,
+           real("optim.lr", 0, 10, "peak learning rate (AdamW, decoupled weight decay)", true)),
+      bind(&C::minLrRatio,
+           real("optim.min_lr_ratio", 0, 1, "the cosine schedule ends at lr x min_lr_ratio")),
+      bind(&C::warmupRatio, real("optim.warmup_ratio", 0, 1,
+                                 "linear warmup over this fraction of the steps", false, true)),
+      bind(&C::weightDecay, real("optim.weight_decay", 0, 1e3, "AdamW's decoupled weight decay")),
+      bind(&C::beta1, real("optim.beta1", 0, 1, "AdamW's first-moment decay", false, true)),
+      bind(&C::beta2, real("optim.beta2", 0, 1, "AdamW's second-moment decay", false, true)),
+      bind(&C::eps, real("optim.eps", 0, 1, "AdamW's epsilon", true)),
+      bind(&C::gradClip,
+           real("optim.grad_clip", 0, kInf, "global gradient-norm clipping (0 disables)")),
+      bind(&C::batchSize, integer("train.batch_size", 1, 1 << 16, "sequences per micro-batch")),
+      bind(&C::gradAccum,
+           integer("train.grad_accum", 1, 1 << 16, "micro-batches per optimizer step")),
+      bind(&C::maxSteps, integer("train.max_steps", 0, kMaxSteps,
+                                 "optimizer steps (0: evaluate and save only; ptq never trains)")),
+      bind(&C::evalEvery,
+           integer("train.eval_every", 0, kMaxSteps,
+                   "validation loss every N steps (and at the end; 0: only at the end)")),
+      bind(&C::evalBatches,
+           integer("train.eval_batches", 1, 1e6, "validation batches per evaluation")),
+      bind(&C::checkpointEvery,
+           operational(integer(
+               "train.checkpoint_every", 0, kMaxSteps,
+               "checkpoint every N steps (and always at the end and on stop; 0: only then)"))),
+      bind(&C::keepCheckpoints,
+           operational(integer("train.keep_checkpoints", 1, 1e4, "keep the newest N checkpoints"))),
+      bind(&C::threads, operational(integer("train.threads", 0, 4096,
+                                            "CPU threads (0: every core the process may run on, as "
+                                            "taskset or a cpuset allows)"))),
+      bind(&C::reference, text("eval.reference",
+                               "a model folder: every evaluation logs val_kl, the KL from it to "
+                               "the trained model (default: none; the teacher for qad)")),
+      bind(&C::tasks, text("eval.tasks",
+                           "comma-separated built-in tasks (reasoning_language, false_refusal) "
+                           "graded by generation")),
+      bind(&C::taskItems, integer("eval.task_items", 1, 1e6, "held-out items per task")),
+      bind(&C::taskEvery,
+           integer("eval.task_every", 0, kMaxSteps,
+                   "grade the tasks every N steps; 0: at the final evaluation only")),
+      bind(&C::maxNewTokens,
+           integer("eval.max_new_tokens", 1, 1 << 20,
+                   "generation budget per task item (greedy; at most the model's context length)")),
   };
-  return f;
+  return t;
 }
 
-const Field* findField(const std::string& key) {
-  for (const auto& f : fields())
-    if (key == f.key) return &f;
-  return nullptr;
-}
-
-// The closest known key, for "did you mean" hints (edit distance).
-std::string closestKey(const std::string& key) {
-  auto distance = [](const std::string& a, const std::string& b) {
-    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-      cur[0] = i;
-      for (size_t j = 1; j <= b.size(); ++j)
-        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-      std::swap(prev, cur);
-    }
-    return prev[b.size()];
-  };
-  std::string best;
-  size_t bestDistance = std::numeric_limits<size_t>::max();
-  for (const auto& f : fields()) {
-    size_t d = distance(key, f.key);
-    if (d < bestDistance) bestDistance = d, best = f.key;
-  }
-  return bestDistance <= 3 ? best : std::string();
-}
-
-[[noreturn]] void unknownKey(const std::string& key, const std::string& where) {
-  std::string hint = closestKey(key);
-  throw Error(
-      "unknown key '" + key + "'", where,
-      hint.empty() ? "see docs/user-guide.md for the keys" : "did you mean '" + hint + "'?");
-}
-
-void applyNode(RunConfig& c, const YAML::Node& node, const std::string& prefix,
-               const std::string& origin) {
-  if (!node.IsMap())
-    throw Error("expected a map of sections (run, model, data, recipe, quant, optim, train, eval)",
-                origin);
-  for (const auto& kv : node) {
-    std::string key =
-        prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
-    std::string where = origin + ":" + std::to_string(kv.first.Mark().line + 1);
-    if (const Field* f = findField(key)) {
-      f->set(c, kv.second, where);
-    } else if (kv.second.IsMap()) {
-      bool isSection = false;
-      for (const auto& f : fields())
-        if (std::string(f.key).rfind(key + ".", 0) == 0) isSection = true;
-      if (!isSection) unknownKey(key, where);
-      applyNode(c, kv.second, key, origin);
-    } else {
-      unknownKey(key, where);
-    }
-  }
-}
+const char* kKeysHint = "fp4lab train --list-keys prints every key (docs/user-guide.md)";
 
 }  // namespace
+
+const std::vector<ConfigKey>& runConfigKeys() {
+  static const std::vector<ConfigKey> k = keys::describe(table());
+  return k;
+}
+
+std::string RunConfig::originOf(const std::string& key) const {
+  auto it = origins.find(key);
+  return it == origins.end() ? std::string("run config (default value)") : it->second;
+}
 
 RunConfig RunConfig::fromYamlText(const std::string& text,
                                   const std::vector<std::string>& overrides,
                                   const std::string& origin) {
   RunConfig c;
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
-    throw Error("invalid YAML: " + e.msg, origin + ":" + std::to_string(e.mark.line + 1));
-  }
-  if (root && !root.IsNull()) applyNode(c, root, "", origin);
+  keys::applyYaml(c, table(), text, origin, true, "key", kKeysHint);
   for (const auto& o : overrides) c.applyOverride(o);
   c.validate();
   return c;
@@ -178,7 +214,6 @@ RunConfig RunConfig::fromYamlText(const std::string& text,
 
 RunConfig RunConfig::fromYamlFile(const std::string& path,
                                   const std::vector<std::string>& overrides) {
-  YAML::Node probe;
   std::ifstream in(path);
   if (!in) throw Error("cannot read the config file", path, "check the path");
   std::stringstream ss;
@@ -187,29 +222,16 @@ RunConfig RunConfig::fromYamlFile(const std::string& path,
 }
 
 void RunConfig::applyOverride(const std::string& assignment) {
-  size_t eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw Error("override '" + assignment + "' is not key=value", "command line",
-                "e.g. optim.lr=1e-4");
-  std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
-  const Field* f = findField(key);
-  if (!f) unknownKey(key, "command line");
-  YAML::Node node;
-  try {
-    node = YAML::Load(value);
-  } catch (const YAML::Exception&) {
-    node = YAML::Node(value);
-  }
-  if (!node || node.IsNull()) node = YAML::Node(value);
-  f->set(*this, node, "command line");
+  keys::applyOverride(*this, table(), assignment, "command line", "key", kKeysHint,
+                      "optim.lr=1e-4");
 }
 
 std::string RunConfig::toYaml() const {
   YAML::Node root;
-  for (const auto& f : fields()) {
-    std::string key = f.key;
+  for (const auto& b : table()) {
+    const std::string& key = b.key.name;
     size_t dot = key.find('.');
-    root[key.substr(0, dot)][key.substr(dot + 1)] = f.get(*this);
+    root[key.substr(0, dot)][key.substr(dot + 1)] = b.get(*this);
   }
   YAML::Emitter out;
   out.SetDoublePrecision(17);
@@ -219,12 +241,21 @@ std::string RunConfig::toYaml() const {
 
 std::vector<std::pair<std::string, std::string>> RunConfig::flatten() const {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& f : fields()) {
+  for (const auto& b : table()) {
     YAML::Emitter e;
     e.SetDoublePrecision(17);
-    e << f.get(*this);
-    out.emplace_back(f.key, e.c_str());
+    e << b.get(*this);
+    out.emplace_back(b.key.name, e.c_str());
   }
+  return out;
+}
+
+std::vector<std::string> differingKeys(const RunConfig& a, const RunConfig& b, bool all) {
+  const auto fa = a.flatten(), fb = b.flatten();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < fa.size(); ++i)
+    if (fa[i].second != fb[i].second && (all || table()[i].key.definesRun))
+      out.push_back(fa[i].first);
   return out;
 }
 
@@ -243,52 +274,23 @@ std::vector<std::string> splitList(const std::string& list) {
 }
 
 void RunConfig::validate() const {
-  auto require = [](bool ok, const char* key, const std::string& what) {
-    if (!ok) throw Error("'" + std::string(key) + "' " + what, "run config");
+  // Single values are checked as they are read (their type and bounds, with file:line); these are
+  // the checks across keys, reported where the key they name was set.
+  auto require = [&](bool ok, const char* key, const std::string& what,
+                     const std::string& hint = {}) {
+    if (!ok) throw Error("'" + std::string(key) + "' " + what, originOf(key), hint);
   };
-  require(seqLen >= 8, "data.seq_len", "must be at least 8");
-  require(batchSize >= 1, "train.batch_size", "must be at least 1");
-  require(gradAccum >= 1, "train.grad_accum", "must be at least 1");
-  require(maxSteps >= 0, "train.max_steps", "must be >= 0 (0: evaluate and save only)");
-  require(evalEvery >= 0, "train.eval_every", "must be >= 0");
-  require(evalBatches >= 1, "train.eval_batches", "must be at least 1");
-  require(checkpointEvery >= 0, "train.checkpoint_every", "must be >= 0");
-  require(keepCheckpoints >= 1, "train.keep_checkpoints", "must be at least 1");
-  require(threads >= 0, "train.threads", "must be >= 0");
-  require(lr > 0, "optim.lr", "must be positive");
-  require(minLrRatio >= 0 && minLrRatio <= 1, "optim.min_lr_ratio", "must be in [0, 1]");
-  require(warmupRatio >= 0 && warmupRatio < 1, "optim.warmup_ratio", "must be in [0, 1)");
-  require(weightDecay >= 0, "optim.weight_decay", "must be >= 0");
-  require(beta1 >= 0 && beta1 < 1, "optim.beta1", "must be in [0, 1)");
-  require(beta2 >= 0 && beta2 < 1, "optim.beta2", "must be in [0, 1)");
-  require(eps > 0, "optim.eps", "must be positive");
-  require(gradClip >= 0, "optim.grad_clip", "must be >= 0 (0 disables clipping)");
-  require(validationFraction >= 0 && validationFraction < 1, "data.validation_fraction",
-          "must be in [0, 1)");
-  require(computeDtype == "bf16" || computeDtype == "fp32", "model.compute_dtype",
-          "must be bf16 or fp32");
-  require(recipe == "sft" || recipe == "ptq" || recipe == "qat" || recipe == "qad", "recipe.name",
-          "must be sft, ptq, qat or qad");
-  require(quantFormat == "none" || quantFormat == "mxfp4" || quantFormat == "nvfp4", "quant.format",
-          "must be none, mxfp4 or nvfp4");
+  require(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+          "run.name", "must be a non-empty name without '/'");
   if (recipe == "sft")
     require(quantFormat == "none", "quant.format",
             "must be none for recipe sft (train with fake quantization: recipe.name=qat)");
   else
     require(quantFormat != "none", "quant.format", "must be mxfp4 or nvfp4 for recipe " + recipe);
-  require(scaleRule == "ceil" || scaleRule == "floor", "quant.scale_rule", "must be ceil or floor");
-  require(quantBackward == "auto" || quantBackward == "ste" || quantBackward == "clipped_ste",
-          "quant.backward", "must be auto, ste or clipped_ste");
-  require(amaxMode == "frozen" || amaxMode == "dynamic", "quant.amax", "must be frozen or dynamic");
   require(calibBatches >= (amaxMode == "frozen" && quantFormat != "none" ? 1 : 0),
           "quant.calib_batches", "must be at least 1 with quant.amax=frozen");
-  require(temperature > 0, "recipe.temperature", "must be positive");
-  require(ceWeight >= 0, "recipe.ce_weight", "must be >= 0");
-  require(taskItems >= 1, "eval.task_items", "must be at least 1");
-  require(taskEvery >= 0, "eval.task_every", "must be >= 0");
-  require(maxNewTokens >= 1, "eval.max_new_tokens", "must be at least 1");
-  require(!name.empty() && name.find('/') == std::string::npos, "run.name",
-          "must be a non-empty name without '/'");
+  require(int64_t(batchSize) * gradAccum <= (int64_t(1) << 20), "train.grad_accum",
+          "times train.batch_size must be at most 1048576 sequences per step");
 }
 
 }  // namespace fp4lab::run

@@ -16,11 +16,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "fp4lab/common/files.h"
+#include "fp4lab/common/time.h"
 #include "fp4lab/data/builtin_tasks.h"
 #include "fp4lab/error.h"
 #include "fp4lab/kernels/fp4.h"
 #include "fp4lab/log/run_log.h"
-#include "model/files.h"
+#include "fp4lab/run/run_folder.h"
+#include "fp4lab/common/files.h"
 #include "quant/quantize_model.h"
 #include "run/model_source.h"
 #include "run/task_eval.h"
@@ -41,24 +44,15 @@ int usableCores() {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string utcNow(const char* format = "%Y-%m-%dT%H:%M:%SZ") {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, format, &tm);
-  return buf;
-}
-
-void writeStatus(const fs::path& runDir, const std::string& state, int64_t step, int64_t maxSteps,
+void writeStatus(const fs::path& runDir, RunState state, int64_t step, int64_t maxSteps,
                  const std::string& message = {}) {
-  nlohmann::json s = {{"state", state},
+  nlohmann::json s = {{"state", toString(state)},
                       {"pid", int(getpid())},
                       {"step", step},
                       {"max_steps", maxSteps},
-                      {"updated_utc", utcNow()}};
+                      {"updated_utc", utcTimestamp()}};
   if (!message.empty()) s["message"] = message;
-  model::files::writeFileAtomically((runDir / "status.json").string(), s.dump(2) + "\n");
+  files::writeFileAtomically((runDir / "status.json").string(), s.dump(2) + "\n");
 }
 
 // Reports of the training loop, fanned out to the log, the events and status.json.
@@ -90,7 +84,7 @@ class RunListener : public train::TrainerListener {
     m_log.appendTrain({r.step, r.tokens, r.wallSeconds, float(r.loss), float(r.lr),
                        float(r.gradNorm), float(r.tokensPerSecond)});
     RunEvent e;
-    e.kind = "step";
+    e.kind = EventKind::Step;
     e.step = r.step, e.maxSteps = r.maxSteps, e.tokens = r.tokens;
     e.loss = r.loss, e.lr = r.lr, e.gradNorm = r.gradNorm, e.tokensPerSecond = r.tokensPerSecond;
     e.wallSeconds = r.wallSeconds;
@@ -98,7 +92,7 @@ class RunListener : public train::TrainerListener {
     emit(e);
     auto now = Clock::now();
     if (now - m_lastStatus > std::chrono::seconds(1)) {
-      writeStatus(m_runDir, "running", r.step, m_maxSteps);
+      writeStatus(m_runDir, RunState::Running, r.step, m_maxSteps);
       m_lastStatus = now;
     }
     m_step = r.step;
@@ -109,7 +103,7 @@ class RunListener : public train::TrainerListener {
   void onEval(const train::EvalReport& r) override {
     quant::setMeasuringActivations(m_extras.layers, false);
     RunEvent e;
-    e.kind = "eval";
+    e.kind = EventKind::Eval;
     e.step = r.step, e.maxSteps = m_maxSteps, e.tokens = r.tokens, e.wallSeconds = r.wallSeconds;
     e.metrics = {{"val_loss", r.valLoss}, {"val_ppl", r.valPerplexity}};
     std::vector<double> row = {r.valLoss, r.valPerplexity};
@@ -124,8 +118,8 @@ class RunListener : public train::TrainerListener {
       if (taskDue) {
         ReplyOptions reply;
         reply.maxNewTokens = c.maxNewTokens;
-        t = evaluateTasks(m_extras.bundle.model, *m_extras.bundle.tokenizer, m_extras.tasks,
-                          c.taskItems, c.dataSeed, reply);
+        t = evaluateTasks(m_extras.bundle.model, m_extras.bundle.tokenizer("task evaluation"),
+                          m_extras.tasks, c.taskItems, c.dataSeed, reply);
         writeTaskAnswers(t, r.step);
       }
       for (const auto& task : m_extras.tasks) {
@@ -157,14 +151,14 @@ class RunListener : public train::TrainerListener {
       lines += line.dump() + "\n";
     }
     fs::create_directories(m_runDir / "tasks");
-    model::files::writeFileAtomically(
+    files::writeFileAtomically(
         (m_runDir / "tasks" / ("step-" + std::to_string(step) + ".jsonl")).string(), lines);
   }
 
   void onCheckpoint(const std::string& path, int64_t step) override {
     m_log.event("checkpoint", "step " + std::to_string(step) + " " + path);
     RunEvent e;
-    e.kind = "checkpoint";
+    e.kind = EventKind::Checkpoint;
     e.step = step, e.maxSteps = m_maxSteps, e.path = path;
     emit(e);
   }
@@ -172,7 +166,7 @@ class RunListener : public train::TrainerListener {
   void onWarning(const std::string& message) override {
     m_log.event("warning", message);
     RunEvent e;
-    e.kind = "warning";
+    e.kind = EventKind::Warning;
     e.step = m_step, e.maxSteps = m_maxSteps, e.message = message;
     emit(e);
   }
@@ -195,14 +189,14 @@ fs::path resolveRunDir(const RunConfig& config, const RunOptions& options) {
   if (!options.runDir.empty()) return fs::path(options.runDir);
   if (!options.resumeFrom.empty() && options.resumeFrom != "latest")
     return fs::path(options.resumeFrom).parent_path().parent_path();  // <run>/checkpoints/step-N
-  return fs::path(config.outputDir) / (config.name + "-" + utcNow("%Y%m%d-%H%M%S"));
+  return fs::path(config.outputDir) / (config.name + "-" + utcCompactTimestamp());
 }
 
 }  // namespace
 
 std::string RunEvent::toJson() const {
-  nlohmann::json j = {{"event", kind}, {"step", step}, {"max_steps", maxSteps}};
-  if (kind == "step") {
+  nlohmann::json j = {{"event", toString(kind)}, {"step", step}, {"max_steps", maxSteps}};
+  if (kind == EventKind::Step) {
     j["tokens"] = tokens;
     j["loss"] = loss;
     j["lr"] = lr;
@@ -218,19 +212,6 @@ std::string RunEvent::toJson() const {
   return j.dump();
 }
 
-std::string readRunState(const std::string& runDir) {
-  std::ifstream in(fs::path(runDir) / "status.json");
-  if (!in) return "unknown";
-  nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
-  if (s.is_discarded() || !s.contains("state")) return "unknown";
-  std::string state = s["state"].get<std::string>();
-  if (state == "running" && s.contains("pid")) {
-    int pid = s["pid"].get<int>();
-    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) return "crashed";
-  }
-  return state;
-}
-
 RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   config.validate();
   const fs::path runDir = resolveRunDir(config, options);
@@ -238,13 +219,29 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   std::string checkpoint;
   if (resuming) {
     checkpoint = options.resumeFrom == "latest"
-                     ? train::latestCheckpoint((runDir / "checkpoints").string())
+                     ? latestCheckpointIn((runDir / "checkpoints").string())
                      : options.resumeFrom;
     if (checkpoint.empty() || !fs::exists(fs::path(checkpoint) / "trainer_state.json"))
       throw Error("no checkpoint to resume from",
                   options.resumeFrom == "latest" ? (runDir / "checkpoints").string() : checkpoint,
                   "pass --output-dir RUN_DIR with --resume-from-checkpoint latest, or a "
                   "checkpoints/step-N folder");
+    // A resumed run is the run in its folder: the config must be run.yaml's (resumeConfig).
+    const fs::path ranYaml = runDir / "run.yaml";
+    if (!fs::exists(ranYaml))
+      throw Error("no run.yaml: not a run folder (or its configuration was lost)", runDir.string(),
+                  "pass the folder of the run to resume with --output-dir");
+    const RunConfig ran = RunConfig::fromYamlFile(ranYaml.string());
+    const std::vector<std::string> changed = differingKeys(ran, config);
+    if (!changed.empty())
+      throw Error("'" + changed.front() + "' differs from the run's run.yaml",
+                  config.originOf(changed.front()),
+                  "a resumed run keeps its recipe, quantization, model, data, seed and schedule");
+    const std::optional<uint64_t> savedSeed = train::checkpointSeed(checkpoint);
+    if (savedSeed && *savedSeed != config.seed)
+      throw Error("the checkpoint was trained with run.seed " + std::to_string(*savedSeed) +
+                      ", not " + std::to_string(config.seed),
+                  checkpoint, "resume with the run's own run.yaml");
   } else if (fs::exists(runDir / "log.h5")) {
     throw Error("the run folder already holds a run", runDir.string(),
                 "choose another --output-dir, or resume it with --resume-from-checkpoint latest");
@@ -256,11 +253,35 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   torch::set_num_threads(threads);
   fp4_set_num_threads(threads);
   torch::manual_seed(config.seed);
-  ModelBundle bundle =
-      loadModelBundle(resuming ? checkpoint : config.modelPath, torch::kFloat32, config.seed);
-  DataBundle dataBundle = loadTrainingData(config, *bundle.tokenizer);
+  // A checkpoint always loads as saved (its quantizers are the run's); model.path as asked.
+  ModelBundle bundle = loadModelBundle(resuming ? checkpoint : config.modelPath, torch::kFloat32,
+                                       config.seed, resuming ? false : config.bf16Weights);
+  const int64_t contextLength = bundle.model->config().maxPositionEmbeddings;
+  if (config.seqLen > contextLength)
+    throw Error("'data.seq_len' is " + std::to_string(config.seqLen) +
+                    ", beyond the model's context of " + std::to_string(contextLength) + " tokens",
+                config.originOf("data.seq_len"), "use at most " + std::to_string(contextLength));
+  if (!config.tasks.empty() && config.maxNewTokens >= contextLength)
+    throw Error("'eval.max_new_tokens' is " + std::to_string(config.maxNewTokens) +
+                    ", beyond the model's context of " + std::to_string(contextLength) + " tokens",
+                config.originOf("eval.max_new_tokens"), "use fewer");
+  DataBundle dataBundle = loadTrainingData(config, bundle);
   const std::vector<std::string> tasks = splitList(config.tasks);
   checkTaskNames(tasks, "eval.tasks");
+  if (dataBundle.train.empty())
+    throw Error("no training sequences", "data.train", "check the dataset and data.seq_len");
+  if (options.dryRun) {
+    for (const std::string& path :
+         {config.recipe == "qad" ? config.teacherPath() : std::string(), config.reference})
+      if (!path.empty()) loadModelBundle(path, torch::kBFloat16, config.seed, config.bf16Weights);
+    RunResult dry;
+    dry.runDir = runDir.string();
+    dry.message = std::to_string(dataBundle.train.size()) + " training and " +
+                  std::to_string(dataBundle.validation.size()) + " validation sequences; model " +
+                  bundle.source + ", " + bundle.quantization() + "; run folder " + runDir.string() +
+                  (resuming ? ", resuming from " + checkpoint : "");
+    return dry;
+  }
 
   // Frozen BF16 models (teacher, reference), loaded once per path.
   std::map<std::string, model::CausalLM> frozen;
@@ -268,7 +289,8 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   auto loadFrozen = [&](const std::string& path) {
     auto it = frozen.find(path);
     if (it != frozen.end()) return it->second;
-    model::CausalLM m = loadModelBundle(path, torch::kBFloat16, config.seed).model;
+    model::CausalLM m =
+        loadModelBundle(path, torch::kBFloat16, config.seed, config.bf16Weights).model;
     int64_t bytes = 0;
     for (auto& p : m->parameters()) {
       p.set_requires_grad(false);
@@ -284,7 +306,8 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   const int64_t maxSteps = recipe->trains() ? config.maxSteps : 0;
   train::RecipeContext context;
   context.autocast = config.computeDtype == "bf16";
-  context.resumeDir = checkpoint;
+  context.savedQuantizers = bundle.quantizers;
+  context.savedOptions = bundle.quantOptions;
   context.loadFrozenModel = loadFrozen;
   context.calibrationBatch = [&](int64_t i) {
     std::vector<const data::Sequence*> picked;
@@ -293,8 +316,6 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
           &dataBundle.train[size_t(i * config.batchSize + k) % dataBundle.train.size()]);
     return train::makeBatch(picked, config.seqLen, bundle.model->device());
   };
-  if (dataBundle.train.empty())
-    throw Error("no training sequences", "data.train", "check the dataset and data.seq_len");
   recipe->prepare(bundle.model, context);
   std::vector<quant::QuantizedLayer>& layers = recipe->quantizedLayers();
   const std::string referencePath =
@@ -303,8 +324,8 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   if (!referencePath.empty()) reference = loadFrozen(referencePath);
 
   fs::create_directories(runDir);
-  if (!resuming) model::files::writeFileAtomically((runDir / "run.yaml").string(), config.toYaml());
-  writeStatus(runDir, "running", 0, maxSteps);
+  if (!resuming) files::writeFileAtomically((runDir / "run.yaml").string(), config.toYaml());
+  writeStatus(runDir, RunState::Running, 0, maxSteps);
   const std::string logPath = (runDir / "log.h5").string();
   log::RunLogSchema schema;
   schema.evalColumns = {"val_loss", "val_ppl"};
@@ -320,7 +341,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
       resuming ? log::RunLogWriter::resume(logPath, train::checkpointStep(checkpoint))
                : log::RunLogWriter::create(logPath,
                                            {runDir.filename().string(), config.recipe,
-                                            recipe->format(), utcNow(), config.toYaml()},
+                                            recipe->format(), utcTimestamp(), config.toYaml()},
                                            schema);
   RunListener listener(logWriter, options, runDir, maxSteps,
                        EvalExtras{config, bundle, layers, tasks, bool(reference)});
@@ -345,7 +366,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
     for (const auto& note : frozenNotes) logWriter.event("frozen_model", note);
   }
   RunEvent started;
-  started.kind = "started";
+  started.kind = EventKind::Started;
   started.step = trainer.state().step;
   started.maxSteps = maxSteps;
   started.path = runDir.string();
@@ -358,7 +379,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   try {
     outcome = trainer.run();
   } catch (const std::exception& e) {
-    writeStatus(runDir, "failed", trainer.state().step, maxSteps, e.what());
+    writeStatus(runDir, RunState::Failed, trainer.state().step, maxSteps, e.what());
     logWriter.event("end", std::string("failed: ") + e.what());
     logWriter.close();
     throw;
@@ -366,21 +387,23 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   result.steps = trainer.state().step;
   if (outcome == train::TrainOutcome::Finished) {
     saveModel((runDir / "model").string(), saveDtype);
-    result.state = "finished";
+    result.state = RunState::Finished;
   } else if (outcome == train::TrainOutcome::Stopped) {
-    result.state = "cancelled";
+    result.state = RunState::Cancelled;
     result.message = "stopped at step " + std::to_string(result.steps) + "; checkpoint " +
                      trainer.lastCheckpoint();
   } else {
-    result.state = "failed";
+    result.state = RunState::Failed;
     result.message = "the loss diverged at step " + std::to_string(result.steps + 1);
   }
-  logWriter.event("end", result.state + (result.message.empty() ? "" : ": " + result.message));
+  logWriter.event("end", std::string(toString(result.state)) +
+                             (result.message.empty() ? "" : ": " + result.message));
   logWriter.close();
   writeStatus(runDir, result.state, result.steps, maxSteps, result.message);
   RunEvent end;
-  end.kind = result.state == "finished" ? "finished"
-                                        : (result.state == "cancelled" ? "cancelled" : "failed");
+  end.kind = result.state == RunState::Finished
+                 ? EventKind::Finished
+                 : (result.state == RunState::Cancelled ? EventKind::Cancelled : EventKind::Failed);
   end.step = result.steps;
   end.maxSteps = maxSteps;
   end.message = result.message;

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "fp4lab/error.h"
-#include "model/files.h"
+#include "fp4lab/common/files.h"
 #include "train/autocast.h"
 
 namespace fp4lab::train {
@@ -56,6 +56,14 @@ namespace {
 class SftRecipe : public Recipe {
  public:
   std::string name() const override { return "sft"; }
+  void prepare(model::CausalLM&, const RecipeContext& context) override {
+    if (!context.savedQuantizers.empty())
+      throw Error("model.path holds a fake-quantized model (" + context.savedOptions.describe() +
+                      "); recipe sft trains BF16 weights",
+                  "model.path",
+                  "set model.bf16_weights=true to fine-tune its BF16 weights, or "
+                  "recipe.name=qat to go on training it fake-quantized");
+  }
   torch::Tensor loss(model::CausalLM& model, const Batch& batch) override {
     return tokenCrossEntropy(model->forward(batch.inputs), batch.targets);
   }
@@ -68,15 +76,24 @@ class QuantizingRecipe : public Recipe {
       : m_config(config), m_options(quant::QuantOptions::fromConfig(config)) {}
 
   void prepare(model::CausalLM& model, const RecipeContext& context) override {
-    m_layers = quant::attachQuantizers(model, m_options);
-    const std::filesystem::path state = std::filesystem::path(context.resumeDir) / kQuantStateFile;
-    if (!context.resumeDir.empty() && std::filesystem::exists(state)) {
-      std::ifstream in(state);
-      std::stringstream text;
-      text << in.rdbuf();
-      quant::loadQuantState(m_layers, text.str(), state.string());
+    if (!context.savedQuantizers.empty()) {
+      // A model saved fake-quantized (a checkpoint, a PTQ or QAT model): keep its quantizers and
+      // amaxes when they are what this run would attach (ModelOpt's PTQ-then-QAT), else refuse
+      // rather than quantize twice.
+      std::vector<std::string> saved;
+      for (const auto& l : context.savedQuantizers) saved.push_back(l.name);
+      const bool sameLayers = quant::selectLayers(model, m_options) == saved;
+      if (!quant::sameQuantization(m_options, context.savedOptions) || !sameLayers)
+        throw Error("model.path holds a fake-quantized model (" + context.savedOptions.describe() +
+                        ", " + std::to_string(saved.size()) + " layers) but this run asks for " +
+                        m_options.describe() + (sameLayers ? "" : " on other layers"),
+                    "model.path",
+                    "set quant.* to match its quant_state.json, or model.bf16_weights=true to "
+                    "quantize its BF16 weights afresh");
+      m_layers = context.savedQuantizers;
       return;
     }
+    m_layers = quant::attachQuantizers(model, m_options);
     const int64_t batches = m_options.frozenAmax ? m_config.calibBatches : 0;
     quant::calibrate(m_layers, batches, [&](int64_t i) {
       Batch batch = context.calibrationBatch(i);
@@ -91,8 +108,8 @@ class QuantizingRecipe : public Recipe {
   std::vector<quant::QuantizedLayer>& quantizedLayers() override { return m_layers; }
   std::string format() const override { return m_options.describe(); }
   void saveState(const std::string& dir) const override {
-    model::files::writeFileAtomically((std::filesystem::path(dir) / kQuantStateFile).string(),
-                                      quant::quantStateJson(m_layers, m_options));
+    files::writeFileAtomically((std::filesystem::path(dir) / kQuantStateFile).string(),
+                               quant::quantStateJson(m_layers, m_options));
   }
 
  protected:

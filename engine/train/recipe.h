@@ -38,8 +38,11 @@ struct RecipeContext {
   // Loads a model by path, frozen (no gradients) in BF16, for teachers. Loaded once per path.
   std::function<model::CausalLM(const std::string& path)> loadFrozenModel;
   bool autocast = true;  // the run's compute dtype is bf16
-  // A checkpoint being resumed: restore the recipe's state from it instead of calibrating.
-  std::string resumeDir;
+  // The fake quantizers the loaded model came with (its quant_state.json: a checkpoint being
+  // resumed, or a quantized model.path); empty for a BF16 model. A quantizing recipe adopts them
+  // with their amaxes instead of calibrating, when they are the quantization it would attach.
+  std::vector<quant::QuantizedLayer> savedQuantizers;
+  quant::QuantOptions savedOptions;
 };
 
 class Recipe {
@@ -77,6 +80,6 @@ torch::Tensor tokenKl(const torch::Tensor& teacherLogits, const torch::Tensor& s
 std::unique_ptr<Recipe> makeRecipe(const run::RunConfig& config);
 
 // The file a quantizing recipe's saveState writes.
-constexpr const char* kQuantStateFile = "quant_state.json";
+using quant::kQuantStateFile;
 
 }  // namespace fp4lab::train

@@ -16,7 +16,7 @@
 
 #include "fp4lab/data/shuffle.h"
 #include "fp4lab/error.h"
-#include "model/files.h"
+#include "fp4lab/common/files.h"
 #include "train/schedule.h"
 
 namespace fp4lab::train {
@@ -118,6 +118,7 @@ EvalReport Trainer::evaluate() {
   m_model->train();
   const double valLoss = tokens ? lossSum / double(tokens) : NAN;
   const double valKl = m_reference && tokens ? klSum / double(tokens) : NAN;
+  m_state.wallSeconds = wallSeconds();
   return EvalReport{m_state.step, m_state.tokens,    m_state.wallSeconds,
                     valLoss,      std::exp(valLoss), valKl};
 }
@@ -127,6 +128,10 @@ TrainOutcome Trainer::run() {
   const CosineSchedule schedule =
       CosineSchedule::make(m_config.lr, m_config.minLrRatio, m_config.warmupRatio, maxSteps);
   const bool autocast = m_config.computeDtype == "bf16";
+  // wall_s counts this segment's wall clock (steps, evaluations, checkpoints) on top of what
+  // the checkpoint it resumed from had.
+  m_segmentStart = Clock::now();
+  m_segmentBase = m_state.wallSeconds;
   m_model->train();
   if (m_state.step >= maxSteps) {  // nothing to train (ptq, train.max_steps=0)
     m_listener.onEval(evaluate());
@@ -173,7 +178,7 @@ TrainOutcome Trainer::run() {
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     m_state.step += 1;
     m_state.tokens += stepTokens;
-    m_state.wallSeconds += seconds;
+    m_state.wallSeconds = wallSeconds();
     m_listener.onStep(StepReport{m_state.step, maxSteps, m_state.tokens, loss, lr, gradNorm,
                                  double(stepTokens) / seconds, m_state.wallSeconds});
 
@@ -184,6 +189,12 @@ TrainOutcome Trainer::run() {
       saveCheckpoint();
   }
   return TrainOutcome::Finished;
+}
+
+double Trainer::wallSeconds() const {
+  if (m_segmentStart == Clock::time_point{}) return m_state.wallSeconds;
+  return m_segmentBase +
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - m_segmentStart).count();
 }
 
 // step-<N>/ holds the model (fp32, a Hugging Face folder), optimizer.pt and trainer_state.json.
@@ -197,10 +208,11 @@ void Trainer::saveCheckpoint() {
   fs::remove_all(tmp);
   m_saveModel(tmp.string());
   torch::save(*m_optimizer, (tmp / "optimizer.pt").string());
+  m_state.wallSeconds = wallSeconds();
   nlohmann::json state = {{"step", m_state.step},          {"tokens", m_state.tokens},
                           {"epoch", m_state.epoch},        {"cursor", m_state.cursor},
                           {"wall_s", m_state.wallSeconds}, {"seed", m_config.seed}};
-  model::files::writeFileAtomically((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
+  files::writeFileAtomically((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
   fs::remove_all(final);
   fs::rename(tmp, final);
   m_lastCheckpoint = final.string();
@@ -249,17 +261,12 @@ void Trainer::resumeFrom(const std::string& checkpointDir) {
   m_lastCheckpoint = checkpointDir;
 }
 
-std::string latestCheckpoint(const std::string& root) {
-  std::error_code ec;
-  int64_t best = -1;
-  std::string bestPath;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    std::string n = entry.path().filename().string();
-    if (n.rfind("step-", 0) != 0 || !fs::exists(entry.path() / "trainer_state.json")) continue;
-    int64_t step = std::stoll(n.substr(5));
-    if (step > best) best = step, bestPath = entry.path().string();
-  }
-  return bestPath;
+std::optional<uint64_t> checkpointSeed(const std::string& checkpointDir) {
+  const nlohmann::json state = readTrainerState(checkpointDir);
+  if (!state.contains("seed")) return std::nullopt;
+  if (!state["seed"].is_number_unsigned() && !state["seed"].is_number_integer())
+    throw Error("trainer_state.json is malformed (seed)", checkpointDir);
+  return state["seed"].get<uint64_t>();
 }
 
 }  // namespace fp4lab::train

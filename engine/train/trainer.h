@@ -5,9 +5,11 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +48,8 @@ struct TrainerState {
   int64_t step = 0;
   int64_t tokens = 0;
   int64_t epoch = 0;
-  int64_t cursor = 0;  // next sequence within the epoch's permutation
-  double wallSeconds = 0;
+  int64_t cursor = 0;      // next sequence within the epoch's permutation
+  double wallSeconds = 0;  // wall clock since the run started, earlier segments included
 };
 
 enum class TrainOutcome { Finished, Stopped, Diverged };
@@ -72,6 +74,7 @@ class Trainer {
  private:
   Batch nextBatch();
   void saveCheckpoint();
+  double wallSeconds() const;  // since the run started, earlier segments included
 
   const run::RunConfig& m_config;
   model::CausalLM m_model;
@@ -87,12 +90,15 @@ class Trainer {
   TrainerState m_state;
   std::string m_lastCheckpoint;
   torch::Device m_device = torch::kCPU;
+  std::chrono::steady_clock::time_point m_segmentStart{};
+  double m_segmentBase = 0;
 };
 
 // The optimizer step a checkpoint folder was saved at (from its trainer_state.json).
 int64_t checkpointStep(const std::string& checkpointDir);
 
-// Newest complete checkpoint folder under `root` ("" if none).
-std::string latestCheckpoint(const std::string& root);
+// The run.seed a checkpoint was trained with (its trainer_state.json; checkpoints from before it
+// was recorded there are taken to match).
+std::optional<uint64_t> checkpointSeed(const std::string& checkpointDir);
 
 }  // namespace fp4lab::train

@@ -110,11 +110,52 @@ sft, ptq, qad = (float(by[n]["val_loss"]) for n in ("sft", "ptq-nvfp4-seed1235",
 assert math.isclose(float(by["qad-nvfp4-seed1235"]["gap_recovered"]), (ptq - qad) / (ptq - sft), rel_tol=1e-3, abs_tol=1e-3)
 PY
 
+# A finished run is reused only if it ran what would run now: a changed key stops the experiment
+# before anything runs (exit 2, naming the runs and the key, experiment.yaml untouched);
+# --dry-run says what would happen; --rerun-changed moves those runs aside and runs them again.
+cp "$T/exp/experiment.yaml" "$T/experiment.yaml.before"
+set +e
+"$BIN" experiment --quick threads=1 repeats=2 qat_steps=16 --output-dir "$T/exp" > /dev/null 2> "$T/err.txt"; code=$?
+set -e
+[ $code = 2 ] || fail "a changed qat_steps exited $code"
+grep -q "5 finished runs ran another configuration" "$T/err.txt" || fail "changed runs: $(cat "$T/err.txt")"
+grep -q "qat-nvfp4: train.max_steps (ran 15, now 16)" "$T/err.txt" || fail "the key is not named: $(cat "$T/err.txt")"
+grep -q "qat-from-base-mxfp4: train.max_steps (ran 75, now 76)" "$T/err.txt" || fail "qat-from-base: $(cat "$T/err.txt")"
+cmp -s "$T/exp/experiment.yaml" "$T/experiment.yaml.before" || fail "a refused experiment rewrote experiment.yaml"
+"$BIN" experiment --quick threads=1 repeats=2 qat_steps=16 --output-dir "$T/exp" --dry-run > "$T/plan.txt"
+[ "$(grep -c ' changed ' "$T/plan.txt")" = 5 ] && [ "$(grep -c ' reuse ' "$T/plan.txt")" = 10 ] ||
+  fail "dry run: $(cat "$T/plan.txt")"
+"$BIN" experiment --quick threads=1 repeats=2 qat_steps=16 --output-dir "$T/exp" --rerun-changed > /dev/null 2>&1 ||
+  fail "--rerun-changed failed"
+[ "$(ls "$T/exp/replaced" | wc -l)" = 5 ] || fail "replaced/: $(ls "$T/exp/replaced")"
+[ "$(grep -c '(reused)' "$T/exp/report.md")" = 10 ] || fail "--rerun-changed did not reuse the other runs"
+grep -q "QAT nvfp4 KL to SFT >= 10x QAD's (UNEQUAL steps)" "$T/exp/report.md" ||
+  fail "the steps label does not read the runs' own configs"
+python3 - "$T/exp/report.csv" <<'PY'
+import csv, sys
+by = {r["run"]: r for r in csv.DictReader(open(sys.argv[1]))}
+assert by["qat-nvfp4"]["steps"] == "16" and by["qad-nvfp4"]["steps"] == "15", by["qat-nvfp4"]
+PY
+
 # Bad input: exit 2 with a message, nothing written.
 set +e
 "$BIN" experiment --quick qat_stepz=3 --output-dir "$T/bad" 2> "$T/err.txt"; code=$?
 set -e
 [ $code = 2 ] || fail "unknown key exited $code"
 grep -q "unknown experiment key 'qat_stepz'" "$T/err.txt" || fail "no message for an unknown key"
+grep -q "did you mean 'qat_steps'" "$T/err.txt" || fail "no hint for an unknown key: $(cat "$T/err.txt")"
+for bad in "sft_steps=[" "qat_steps=-5" "formats=fp8" "repeats=0" "activations=maybe"; do
+  set +e
+  "$BIN" experiment --quick "$bad" --output-dir "$T/bad" 2> "$T/err.txt"; code=$?
+  set -e
+  [ $code = 2 ] || fail "'$bad' exited $code: $(cat "$T/err.txt")"
+  key=${bad%%=*}
+  grep -q "'$key'" "$T/err.txt" || fail "'$bad' does not name the experiment key: $(cat "$T/err.txt")"
+  ! grep -q "train\.\|optim\.\|internal" "$T/err.txt" || fail "'$bad' leaks run-config keys: $(cat "$T/err.txt")"
+done
+printf 'qat_steps: 20\nsft_lr: fast\n' > "$T/bad.yaml"
+set +e; "$BIN" experiment --quick --config "$T/bad.yaml" --output-dir "$T/bad" 2> "$T/err.txt"; code=$?; set -e
+[ $code = 2 ] && grep -q "bad.yaml:2: 'sft_lr' must be a number, not 'fast'" "$T/err.txt" ||
+  fail "a bad value in the experiment file: $(cat "$T/err.txt")"
 [ ! -e "$T/bad" ] || fail "a folder was written for bad input"
 echo "ok"

@@ -51,7 +51,7 @@ out=$("$BIN" generate "$T/run/model" --prompt "What is 2 plus 2?" --max-new-toke
   fail "seeded sampling is not reproducible"
 
 # SIGTERM: checkpoint, close the log, exit 130; then resume to the end.
-"$BIN" train --config "$T/run.yaml" "${COMMON[@]}" train.max_steps=400 --output-dir "$T/stop" --events jsonl \
+"$BIN" train --config "$T/run.yaml" "${COMMON[@]}" train.max_steps=60 --output-dir "$T/stop" --events jsonl \
   > "$T/stop.jsonl" &
 pid=$!
 for _ in $(seq 1 300); do grep -q '"step":3,' "$T/stop.jsonl" 2>/dev/null && break; sleep 0.1; done
@@ -61,9 +61,11 @@ set +e; wait $pid; rc=$?; set -e
 grep -q '"event":"cancelled"' "$T/stop.jsonl" || fail "no cancelled event"
 grep -q '"state": "cancelled"' "$T/stop/status.json" || fail "status not cancelled"
 ls "$T/stop/checkpoints" | grep -q "step-" || fail "no checkpoint after SIGTERM"
-"$BIN" train --config "$T/run.yaml" "${COMMON[@]}" train.max_steps=12 --output-dir "$T/stop" \
-  --resume-from-checkpoint latest --events jsonl > "$T/resume.jsonl" || fail "resume exited $?"
-tail -1 "$T/resume.jsonl" | grep -q '"event":"finished"' || fail "resume did not finish"
+# Resuming needs nothing but the run folder: the rest is its run.yaml.
+"$BIN" train --output-dir "$T/stop" --resume-from-checkpoint latest --events jsonl > "$T/resume.jsonl" ||
+  fail "resume exited $?"
+tail -1 "$T/resume.jsonl" | grep -q '"event":"finished","max_steps":60,.*"step":60' ||
+  fail "resume did not finish the run's 60 steps: $(tail -1 "$T/resume.jsonl")"
 
 # Bad input: exit 2, a message naming the problem, nothing written.
 expect_error() {
@@ -73,11 +75,86 @@ expect_error() {
   grep -qi -- "$pattern" "$T/e.txt" || fail "expected '$pattern' in: $(cat "$T/e.txt")"
 }
 expect_error "did you mean 'optim.lr'" "$BIN" train optim.lrr=1 --output-dir "$T/bad1"
-expect_error "must be a integer" "$BIN" train train.max_steps=ten --output-dir "$T/bad2"
+expect_error "'train.max_steps' must be an integer, not 'ten'" "$BIN" train train.max_steps=ten --output-dir "$T/bad2"
 expect_error "already holds a run" "$BIN" train "${COMMON[@]}" --output-dir "$T/run"
 expect_error "does not exist" "$BIN" train model.path=/nonexistent --output-dir "$T/bad3"
 printf '{"messages": [{"role": "user"}]}\n' > "$T/bad.jsonl"
 expect_error "bad.jsonl:1" "$BIN" train "${COMMON[@]}" data.train="$T/bad.jsonl" --output-dir "$T/bad4"
-expect_error "no checkpoint" "$BIN" train "${COMMON[@]}" --output-dir "$T/none" --resume-from-checkpoint latest
-for d in bad1 bad2 bad3 bad4; do [ ! -e "$T/$d" ] || fail "a failed start left $d behind"; done
+expect_error "no run to resume: the folder does not exist" "$BIN" train --output-dir "$T/none" --resume-from-checkpoint latest
+mkdir -p "$T/nockpt" && cp "$T/run/run.yaml" "$T/nockpt/"
+expect_error "no checkpoint to resume from" "$BIN" train --output-dir "$T/nockpt" --resume-from-checkpoint latest
+printf 'train:\n  max_steps: -3\n' > "$T/bad.yaml"
+expect_error "bad.yaml:2: 'train.max_steps' must be in \[0, 1000000000\], not -3" "$BIN" train --config "$T/bad.yaml" --output-dir "$T/bad5"
+printf 'train: [\n' > "$T/broken.yaml"
+expect_error "broken.yaml:.*invalid YAML" "$BIN" train --config "$T/broken.yaml" --output-dir "$T/bad6"
+expect_error "nothing to run" "$BIN" train
+expect_error "nothing to run" "$BIN" train --output-dir "$T/bad7"
+expect_error "beyond the model's context" "$BIN" train "${COMMON[@]}" data.seq_len=4096 --output-dir "$T/bad8"
+for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8; do [ ! -e "$T/$d" ] || fail "a failed start left $d behind"; done
+
+# Every subcommand answers -h and --help.
+for c in experiment train inspect eval generate base-model quantize dequantize; do
+  "$BIN" $c -h > "$T/h.txt" || fail "fp4lab $c -h exited $?"
+  grep -q "usage:" "$T/h.txt" || fail "fp4lab $c -h printed no usage"
+  "$BIN" $c --help > /dev/null || fail "fp4lab $c --help exited $?"
+done
+# --print-config is what would run; --dry-run checks it and writes nothing.
+"$BIN" train --defaults "${COMMON[@]}" optim.lr=0.0005 --print-config > "$T/printed.yaml"
+grep -q "lr: 0.0005" "$T/printed.yaml" || fail "--print-config: $(cat "$T/printed.yaml")"
+"$BIN" train --config "$T/printed.yaml" --output-dir "$T/dry" --dry-run 2> "$T/dry.txt" || fail "--dry-run exited $?"
+grep -q "nothing was run" "$T/dry.txt" && [ ! -e "$T/dry" ] || fail "--dry-run: $(cat "$T/dry.txt")"
+# The key table is the user guide's.
+"$BIN" train --list-keys > "$T/keys.md"
+python3 - "$T/keys.md" "$(dirname "$0")/../../docs/user-guide.md" <<'PY'
+import sys
+keys = open(sys.argv[1]).read().strip().split("\n")
+guide = open(sys.argv[2]).read()
+missing = [k for k in keys if k not in guide]
+assert len(keys) > 40 and not missing, "docs/user-guide.md lacks these rows of --list-keys:\n" + "\n".join(missing)
+PY
+
+# Generation length is bounded by the model's context.
+expect_error "beyond the model's context" "$BIN" generate "$T/run/model" --prompt hi --max-new-tokens 5000
+expect_error "must be an integer from 1 to" "$BIN" generate "$T/run/model" --prompt hi --max-new-tokens 1e9
+expect_error "must be a number" "$BIN" generate "$T/run/model" --prompt hi --temperature warm
+
+# A model folder is checked before anything asks for a tokenizer: an empty folder says what it
+# lacks; a folder with only config.json and model.safetensors scores pre-tokenized rows, and
+# says a tokenizer is missing only for chat rows.
+mkdir -p "$T/empty" "$T/weights-only"
+expect_error "not a model folder: no config.json and model.safetensors" "$BIN" eval "$T/empty" --data "$T/eval.jsonl"
+cp "$T/run/model/config.json" "$T/run/model/model.safetensors" "$T/weights-only/"
+printf '%s\n' '{"input_ids": [65, 66, 67, 68, 69]}' '{"input_ids": [70, 71, 72]}' > "$T/ids.jsonl"
+"$BIN" eval "$T/weights-only" --data "$T/ids.jsonl" > "$T/ids.out" || fail "pre-tokenized eval without a tokenizer exited $?"
+grep -q "over 6 tokens in 2 rows" "$T/ids.out" || fail "pre-tokenized eval: $(cat "$T/ids.out")"
+[ "$(head -1 "$T/ids.out")" = "$("$BIN" eval "$T/run/model" --data "$T/ids.jsonl" | head -1)" ] ||
+  fail "the same weights scored differently with and without a tokenizer"
+expect_error "no tokenizer.json.*a chat row" "$BIN" eval "$T/weights-only" --data "$T/eval.jsonl"
+
+# eval scores what a quantized run saved: a PTQ run's model is the fake-quantized one (its loss on
+# the validation rows is the run's own logged val_loss), and --bf16 its BF16 weights.
+python3 - "$T/val.jsonl" <<'PY'
+import random, sys
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    for _ in range(12):
+        f.write('{"input_ids": [%s]}\n' % ", ".join(str(random.randrange(32, 127)) for _ in range(65)))
+PY
+"$BIN" train --defaults model.path=builtin:tiny recipe.name=ptq quant.format=nvfp4 data.train=builtin:sft \
+  data.seq_len=64 data.pack=false data.validation="$T/val.jsonl" train.batch_size=4 train.eval_batches=4 \
+  model.compute_dtype=fp32 quant.calib_batches=1 train.threads=1 --output-dir "$T/ptq" > /dev/null 2>&1 ||
+  fail "ptq run exited $?"
+"$BIN" eval "$T/ptq/model" --data "$T/val.jsonl" > "$T/q.out" || fail "eval of the PTQ model exited $?"
+"$BIN" eval "$T/ptq/model" --data "$T/val.jsonl" --bf16 > "$T/b.out" || fail "eval --bf16 exited $?"
+grep -q "scored: the fake-quantized model, NVFP4 W4A4" "$T/q.out" || fail "eval does not say it scored the quantized model: $(cat "$T/q.out")"
+grep -q "scored: the BF16 weights" "$T/b.out" || fail "eval --bf16: $(cat "$T/b.out")"
+python3 - "$T/q.out" "$T/b.out" "$("$BIN" inspect "$T/ptq" --csv eval | tail -1)" <<'PY'
+import re, sys
+loss = lambda path: float(re.search(r"cross-entropy ([0-9.]+)", open(path).read()).group(1))
+quantized, bf16 = loss(sys.argv[1]), loss(sys.argv[2])
+logged = float(sys.argv[3].split(",")[3])  # step, tokens, wall_s, val_loss, ...
+assert abs(quantized - logged) < 1e-4 * logged, (quantized, logged)
+assert abs(bf16 - quantized) > 1e-3, (bf16, quantized)
+print(f"PTQ model: eval {quantized:.6f} = logged val_loss {logged:.6f}; BF16 weights {bf16:.6f}")
+PY
 echo "cli train/inspect/eval/generate: all checks passed"

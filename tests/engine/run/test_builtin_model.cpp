@@ -14,7 +14,7 @@ using namespace fp4lab;
 
 namespace {
 std::string reply(run::ModelBundle& b, const std::vector<data::Message>& prompt) {
-  return run::chatReply(b.model, *b.tokenizer, prompt);
+  return run::chatReply(b.model, b.tokenizer(), prompt);
 }
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;

@@ -45,11 +45,10 @@ std::vector<std::string> gradedPrompts(const std::string& runDir) {
 
 TEST_CASE("run.seed leaves the examples and the validation split alone; data.seed sets them",
           "[run][seed]") {
-  const auto tokenizer = data::makeByteTokenizer();
-  const run::DataBundle a = run::loadTrainingData(config({"run.seed=1"}), *tokenizer);
-  const run::DataBundle b = run::loadTrainingData(config({"run.seed=2"}), *tokenizer);
-  const run::DataBundle c =
-      run::loadTrainingData(config({"run.seed=1", "data.seed=99"}), *tokenizer);
+  const run::ModelBundle model = run::loadModelBundle("scratch:tiny", torch::kFloat32);
+  const run::DataBundle a = run::loadTrainingData(config({"run.seed=1"}), model);
+  const run::DataBundle b = run::loadTrainingData(config({"run.seed=2"}), model);
+  const run::DataBundle c = run::loadTrainingData(config({"run.seed=1", "data.seed=99"}), model);
   REQUIRE(a.validation.size() > 1);
   CHECK(ids(a.validation) == ids(b.validation));
   CHECK(ids(a.train) == ids(b.train));  // the trainer, not the data, orders by run.seed
@@ -68,7 +67,7 @@ TEST_CASE("Task items follow data.seed, not run.seed", "[run][seed]") {
     o.insert(o.end(), extra.begin(), extra.end());
     run::RunOptions options;
     options.runDir = (tmp.path / name).string();
-    REQUIRE(run::executeRun(config(o), options).state == "finished");
+    REQUIRE(run::executeRun(config(o), options).state == RunState::Finished);
     return gradedPrompts(options.runDir);
   };
   const auto a = ptq("a", {"run.seed=1"});

@@ -164,3 +164,41 @@ TEST_CASE("A goal's pass rates show a decimal, so 284 of 300 does not read as 95
   CHECK(sft.measured == "94.7% / 94.7%");
   CHECK_FALSE(sft.met);
 }
+
+TEST_CASE("The base goal uses the published base rates; a rate not measured meets nothing",
+          "[run][experiment]") {
+  run::ExperimentConfig config;
+  config.formats = "nvfp4";
+  auto baseGoal = [&](double reasoning, double refusal) {
+    run::ExperimentResult result;
+    run::ExperimentRun base = made("base", "sft", 1234, 0.3, 0);
+    base.passRate["reasoning_language"] = reasoning;
+    base.passRate["false_refusal"] = refusal;
+    result.runs = {made("sft", "sft", 1234, 0.05, 0.96), base};
+    run::assessExperiment(result, config);
+    return goalStarting(result, "base pass rates at or below the published");
+  };
+  CHECK(baseGoal(0.0, 0.0).met);
+  CHECK(baseGoal(0.16, 0.30).met);        // at the published 16% and 30%
+  CHECK_FALSE(baseGoal(0.17, 0.0).met);   // above 16% on reasoning
+  CHECK_FALSE(baseGoal(0.10, 0.35).met);  // above 30% on false refusals
+  CHECK_FALSE(baseGoal(NAN, 0.0).met);    // not measured
+  CHECK(baseGoal(NAN, 0.0).measured.find("n/a") != std::string::npos);
+}
+
+TEST_CASE("The KL goal's step label reads the runs' own step counts", "[run][experiment]") {
+  run::ExperimentConfig config;  // qat_steps == qad_steps in the experiment's own keys
+  config.formats = "nvfp4";
+  auto label = [&](int64_t qatSteps, int64_t qadSteps) {
+    run::ExperimentResult result;
+    result.runs = {made("sft", "sft", 1234, 0.05, 0.96), made("ptq-nvfp4", "ptq", 1234, 0.06, 0.9),
+                   made("qat-nvfp4", "qat", 1234, 0.055, 0.95),
+                   made("qad-nvfp4", "qad", 1234, 0.052, 0.95)};
+    result.runs[2].maxSteps = qatSteps;
+    result.runs[3].maxSteps = qadSteps;
+    run::assessExperiment(result, config);
+    return goalStarting(result, "QAT nvfp4 KL to SFT").goal;
+  };
+  CHECK(label(200, 200).find("(equal steps)") != std::string::npos);
+  CHECK(label(400, 200).find("(UNEQUAL steps)") != std::string::npos);
+}

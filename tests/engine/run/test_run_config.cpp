@@ -5,6 +5,7 @@
 #include <string>
 
 #include "fp4lab/error.h"
+#include "fp4lab/run/config_keys.h"
 #include "fp4lab/run/run_config.h"
 
 using fp4lab::Error;
@@ -48,7 +49,8 @@ TEST_CASE("Unknown keys, wrong types and bad values are refused with the key's n
   CHECK(messageOf("optim:\n  lrr: 1\n").find("did you mean 'optim.lr'") != std::string::npos);
   CHECK(messageOf("optim:\n  lrr: 1\n").find("x.yaml:2") != std::string::npos);
   CHECK(messageOf("bogus:\n  a: 1\n").find("unknown key 'bogus'") != std::string::npos);
-  CHECK(messageOf("train:\n  max_steps: ten\n").find("'train.max_steps' must be a integer") !=
+  CHECK(messageOf("train:\n  max_steps: ten\n")
+            .find("x.yaml:2: 'train.max_steps' must be an integer, not 'ten'") !=
         std::string::npos);
   CHECK(messageOf("train:\n  max_steps: [1, 2]\n").find("not a list") != std::string::npos);
   CHECK(messageOf("", {"optim.lr=-1"}).find("optim.lr") != std::string::npos);
@@ -57,4 +59,50 @@ TEST_CASE("Unknown keys, wrong types and bad values are refused with the key's n
         std::string::npos);
   CHECK(messageOf("run: [unclosed\n").find("invalid YAML") != std::string::npos);
   CHECK(messageOf("", {"model.compute_dtype=fp16"}).find("bf16 or fp32") != std::string::npos);
+}
+
+TEST_CASE("Values out of bounds name the key, the file and line, and the bounds", "[run][config]") {
+  CHECK(messageOf("train:\n  batch_size: 0\n")
+            .find("x.yaml:2: 'train.batch_size' must be in [1, 65536], not 0") !=
+        std::string::npos);
+  CHECK(messageOf("\n\noptim:\n  lr: 0\n").find("x.yaml:4: 'optim.lr' must be in (0, 10]") !=
+        std::string::npos);
+  CHECK(messageOf("data:\n  validation_max: -1\n").find("must be in [0, 1000000000], not -1") !=
+        std::string::npos);
+  CHECK(messageOf("", {"train.max_steps=1e3"}).find("must be an integer, not '1e3'") !=
+        std::string::npos);
+  CHECK(messageOf("", {"optim.lr=nan"}).find("must be a number") != std::string::npos);
+  CHECK(messageOf("", {"run.seed=-1"}).find("'run.seed' must be at least 0") != std::string::npos);
+  CHECK(messageOf("", {"data.pack=maybe"}).find("must be true or false") != std::string::npos);
+  CHECK(messageOf("train:\n  max_steps:\n").find("must be an integer, not ''") !=
+        std::string::npos);
+  CHECK(messageOf("train: 3\n").find("x.yaml:1: 'train' is a section") != std::string::npos);
+  CHECK(messageOf("? [a]\n: 1\n").find("a key must be a name") != std::string::npos);
+  // Cross-key checks say where the key they name was set.
+  CHECK(messageOf("recipe:\n  name: qat\n").find("run config (default value): 'quant.format'") !=
+        std::string::npos);
+  CHECK(messageOf("quant:\n  format: nvfp4\n").find("x.yaml:2: 'quant.format' must be none") !=
+        std::string::npos);
+}
+
+TEST_CASE("The key table describes every key the parser reads", "[run][config]") {
+  const auto& keys = fp4lab::run::runConfigKeys();
+  const auto flat = RunConfig().flatten();
+  REQUIRE(keys.size() == flat.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    CHECK(keys[i].name == flat[i].first);
+    CHECK(keys[i].defaultValue == flat[i].second);
+    CHECK_FALSE(keys[i].help.empty());
+    // The default passes the key's own check.
+    CHECK(keys[i].check(keys[i].defaultValue == "\"\"" ? "" : keys[i].defaultValue) == "");
+  }
+}
+
+TEST_CASE("differingKeys compares what defines a run", "[run][config]") {
+  RunConfig a = RunConfig::fromYamlText("", {"train.max_steps=10"});
+  RunConfig b = RunConfig::fromYamlText("", {"train.max_steps=20", "train.threads=3"});
+  CHECK(fp4lab::run::differingKeys(a, b) == std::vector<std::string>{"train.max_steps"});
+  CHECK(fp4lab::run::differingKeys(a, b, true) ==
+        std::vector<std::string>{"train.max_steps", "train.threads"});
+  CHECK(fp4lab::run::differingKeys(a, a).empty());
 }

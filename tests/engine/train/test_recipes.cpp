@@ -54,7 +54,7 @@ TEST_CASE("PTQ calibrates, evaluates and saves without training", "[recipes][ptq
                              {"eval.reference=scratch:tiny", "eval.tasks=false_refusal",
                               "eval.task_items=2", "eval.max_new_tokens=8"}),
                       o);
-  CHECK(r.state == "finished");
+  CHECK(r.state == RunState::Finished);
   CHECK(r.steps == 0);
   log::RunLogReader log(o.runDir + "/log.h5");
   CHECK(log.trainRows() == 0);
@@ -93,13 +93,13 @@ TEST_CASE("QAT resumed from a checkpoint reproduces the uninterrupted run", "[re
   std::atomic<bool> stop{false};
   first.stopRequested = &stop;
   first.onEvent = [&](const run::RunEvent& e) {
-    if (e.kind == "step" && e.step == 5) stop = true;
+    if (e.kind == EventKind::Step && e.step == 5) stop = true;
   };
-  CHECK(run::executeRun(c, first).state == "cancelled");
+  CHECK(run::executeRun(c, first).state == RunState::Cancelled);
   run::RunOptions second;
   second.runDir = first.runDir;
   second.resumeFrom = "latest";
-  CHECK(run::executeRun(c, second).state == "finished");
+  CHECK(run::executeRun(c, second).state == RunState::Finished);
 
   log::RunLogReader a(straight.runDir + "/log.h5"), b(first.runDir + "/log.h5");
   auto la = a.readTrain(0, a.trainRows()), lb = b.readTrain(0, b.trainRows());

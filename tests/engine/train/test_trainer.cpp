@@ -1,11 +1,19 @@
 // The training loop: the schedule's shape, that SFT lowers the loss, that an interrupted and
-// resumed run reproduces the uninterrupted one, and that a diverging run stops with a message.
+// resumed run reproduces the uninterrupted one, and that a diverging run stops with a message
+// and leaves its last good checkpoint complete and untouched.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "../temp_dir.h"
+#include "fp4lab/io/safetensors.h"
 #include "fp4lab/log/run_log.h"
 #include "fp4lab/run/runner.h"
 #include "train/schedule.h"
@@ -34,6 +42,39 @@ std::vector<float> losses(const std::string& runDir) {
   return out;
 }
 
+// Every file under `dir`, by its path relative to `dir`, with its bytes.
+std::map<std::string, std::string> folderContents(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    out[fs::relative(entry.path(), dir).string()] =
+        std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return out;
+}
+
+// The names of the files whose bytes differ between two folderContents, or that one lacks.
+std::vector<std::string> changedFiles(const std::map<std::string, std::string>& before,
+                                      const std::map<std::string, std::string>& after) {
+  std::vector<std::string> changed;
+  for (const auto& [name, bytes] : before) {
+    auto it = after.find(name);
+    if (it == after.end() || it->second != bytes) changed.push_back(name);
+  }
+  for (const auto& [name, bytes] : after)
+    if (!before.count(name)) changed.push_back(name);
+  return changed;
+}
+
+std::vector<std::string> entryNames(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 }  // namespace
 
 TEST_CASE("Cosine schedule: warmup, peak, floor", "[train][schedule]") {
@@ -52,14 +93,14 @@ TEST_CASE("SFT lowers the loss and writes a complete run folder", "[train][sft]"
   run::RunOptions options;
   options.runDir = (tmp.path / "run").string();
   run::RunResult r = run::executeRun(tinyConfig(20), options);
-  CHECK(r.state == "finished");
+  CHECK(r.state == RunState::Finished);
   std::vector<float> l = losses(options.runDir);
   REQUIRE(l.size() == 20);
   CHECK(l.back() < l.front() * 0.8f);
   CHECK(fs::exists(tmp.path / "run/run.yaml"));
   CHECK(fs::exists(tmp.path / "run/model/config.json"));
   CHECK(fs::exists(tmp.path / "run/checkpoints/step-20/optimizer.pt"));
-  CHECK(run::readRunState(options.runDir) == "finished");
+  CHECK(run::readRunState(options.runDir) == RunState::Finished);
 }
 
 TEST_CASE("A resumed run reproduces the uninterrupted run", "[train][resume]") {
@@ -74,16 +115,16 @@ TEST_CASE("A resumed run reproduces the uninterrupted run", "[train][resume]") {
   std::atomic<bool> stop{false};
   first.stopRequested = &stop;
   first.onEvent = [&](const run::RunEvent& e) {
-    if (e.kind == "step" && e.step == 10) stop = true;
+    if (e.kind == EventKind::Step && e.step == 10) stop = true;
   };
   run::RunResult r1 = run::executeRun(tinyConfig(20), first);
-  CHECK(r1.state == "cancelled");
-  CHECK(run::readRunState(first.runDir) == "cancelled");
+  CHECK(r1.state == RunState::Cancelled);
+  CHECK(run::readRunState(first.runDir) == RunState::Cancelled);
   run::RunOptions second;
   second.runDir = first.runDir;
   second.resumeFrom = "latest";
   run::RunResult r2 = run::executeRun(tinyConfig(20), second);
-  CHECK(r2.state == "finished");
+  CHECK(r2.state == RunState::Finished);
 
   std::vector<float> a = losses(straight.runDir), b = losses(first.runDir);
   REQUIRE(a.size() == 20);
@@ -94,17 +135,75 @@ TEST_CASE("A resumed run reproduces the uninterrupted run", "[train][resume]") {
 TEST_CASE("A diverging run stops with a message and keeps its last good checkpoint",
           "[train][nan]") {
   TempDir tmp;
-  run::RunOptions options;
-  options.runDir = (tmp.path / "nan").string();
-  std::string warning;
-  options.onEvent = [&](const run::RunEvent& e) {
-    if (e.kind == "warning") warning = e.message;
-  };
+  const fs::path runDir = tmp.path / "nan";
+  const fs::path good = runDir / "checkpoints" / "step-0";
+  // Decoupled weight decay with lr x weight_decay = 1e4 multiplies every weight by about -1e4 a
+  // step: the activations overflow a few steps in. No periodic checkpoints, so the last good one
+  // is the checkpoint the run was stopped at before its first step.
   run::RunConfig c = tinyConfig(30);
-  c.lr = 1e30;  // weights overflow bf16 within a step or two
+  c.lr = 10;
+  c.weightDecay = 1000;
   c.gradClip = 0;
+  c.checkpointEvery = 0;
+
+  // Stopped before its first step: checkpoints/step-0 holds the initial weights.
+  run::RunOptions first;
+  first.runDir = runDir.string();
+  std::atomic<bool> stop{false};
+  first.stopRequested = &stop;
+  first.onEvent = [&](const run::RunEvent& e) {
+    if (e.kind == EventKind::Started) stop = true;
+  };
+  run::RunResult r1 = run::executeRun(c, first);
+  REQUIRE(r1.state == RunState::Cancelled);
+  REQUIRE(r1.steps == 0);
+  REQUIRE(fs::is_directory(good));
+  const std::map<std::string, std::string> saved = folderContents(good);
+
+  // Resumed with the same configuration, it diverges.
+  run::RunOptions options;
+  options.runDir = runDir.string();
+  options.resumeFrom = "latest";
+  std::string warning;
+  std::vector<int64_t> checkpointed;
+  options.onEvent = [&](const run::RunEvent& e) {
+    if (e.kind == EventKind::Warning) warning = e.message;
+    if (e.kind == EventKind::Checkpoint) checkpointed.push_back(e.step);
+  };
   run::RunResult r = run::executeRun(c, options);
-  CHECK(r.state == "failed");
+  CHECK(r.state == RunState::Failed);
+  CHECK(r.steps > 0);
+  CHECK(r.steps < 30);
+  CHECK(checkpointed.empty());
+  INFO("warning: " << warning);
   CHECK(warning.find("not finite") != std::string::npos);
-  CHECK(run::readRunState(options.runDir) == "failed");
+  CHECK(warning.find("The last good checkpoint is " + good.string() + ";") != std::string::npos);
+  CHECK(run::readRunState(options.runDir) == RunState::Failed);
+
+  // The checkpoint the message names is the only one, and complete.
+  CHECK(entryNames(runDir / "checkpoints") == std::vector<std::string>{"step-0"});
+  REQUIRE(fs::exists(good / "trainer_state.json"));
+  std::ifstream stateFile(good / "trainer_state.json");
+  const nlohmann::json state = nlohmann::json::parse(stateFile, nullptr, false);
+  REQUIRE_FALSE(state.is_discarded());
+  CHECK(state.value("step", int64_t(-1)) == 0);
+  CHECK(state.value("cursor", int64_t(-1)) == 0);
+  REQUIRE(fs::exists(good / "optimizer.pt"));
+  CHECK(fs::file_size(good / "optimizer.pt") > 0);
+  for (const char* file : {"config.json", "generation_config.json", "model.safetensors"}) {
+    INFO(file);
+    CHECK(fs::exists(good / file));
+  }
+
+  // Its weights are those saved before the divergence: every file byte for byte as the stopped
+  // run left it, and every weight finite.
+  CHECK(changedFiles(saved, folderContents(good)).empty());
+  io::SafetensorsFile weights((good / "model.safetensors").string());
+  REQUIRE_FALSE(weights.tensors().empty());
+  for (const io::TensorInfo& tensor : weights.tensors()) {
+    const std::vector<float> values = weights.toFloat32(tensor);
+    INFO("tensor " << tensor.name);
+    CHECK_FALSE(values.empty());
+    CHECK(std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }));
+  }
 }

@@ -74,5 +74,9 @@ class ChatTemplate {
 // template.apply. Ids outside the tokenizer's vocabulary and template errors are reported as
 // fp4lab::Error with where() = example.source.
 TokenizedExample tokenize(const Example& example, const ChatTemplate& chatTemplate);
+// A pre-tokenized example (example.inputIds non-empty) without a tokenizer: ids checked against
+// `vocabSize` (the model's), every token but the first a target.
+TokenizedExample tokenizePreTokenized(const Example& example, int32_t vocabSize,
+                                      const char* vocabularyOf = "tokenizer");
 
 }  // namespace fp4lab::data

@@ -46,10 +46,16 @@ struct ExperimentConfig {
 
   // The --quick variant the tests use (a few minutes on two cores): fewer steps and items.
   static ExperimentConfig quick();
-  // YAML (flat keys, e.g. `sft_steps: 200`) then key=value overrides; unknown keys are errors.
+  // YAML (flat keys, e.g. `sft_steps: 200`) then key=value overrides; unknown keys, wrong types
+  // and values out of bounds are errors naming the key, file:line and the closest known key.
   void applyYamlFile(const std::string& path);
   void applyOverride(const std::string& assignment);
+  // Checks across keys (formats); throws fp4lab::Error naming the experiment key.
+  void validate() const;
   std::string toYaml() const;
+
+  // Where each key was set, for messages (not part of the configuration).
+  std::map<std::string, std::string> origins;
 };
 
 struct ExperimentRun {
@@ -65,6 +71,13 @@ struct ExperimentRun {
   double valLoss = NAN, valKl = NAN, gapRecovered = NAN, seconds = NAN;
   int64_t steps = 0, tokens = 0;
   bool reused = false;  // finished in an earlier invocation and read back
+  // From the run's own run.yaml (what it ran, which may differ from the experiment's keys when
+  // reused with ExperimentOptions::changedRuns = Reuse).
+  int64_t maxSteps = 0;
+  double lr = NAN;
+  // Keys whose values in the run's run.yaml differ from what the experiment would run now
+  // (only for runs reused despite them).
+  std::vector<std::string> differingKeys;
 };
 
 struct ExperimentGoal {
@@ -89,6 +102,13 @@ struct ExperimentResult {
   double seconds = 0;
 };
 
+// What to do with a finished run in the folder whose run.yaml differs from what would run now.
+enum class ChangedRuns {
+  Refuse,  // stop before running anything, naming the runs and the keys (the default)
+  Rerun,   // move the run to DIR/replaced/<name>-<utc> and run it again
+  Reuse,   // report it as it ran (the report lists the keys that differ)
+};
+
 struct ExperimentOptions {
   std::string dir;          // the experiment folder; finished runs already in it are reused
   std::string commandLine;  // recorded in the report
@@ -97,7 +117,21 @@ struct ExperimentOptions {
   // Called once every run is assessed; what it returns is appended to report.md (the app's PNG
   // plots section). If it throws, report.md is written without it and the error propagates.
   std::function<std::string(const ExperimentResult&)> reportAppendix;
+  ChangedRuns changedRuns = ChangedRuns::Refuse;
 };
+
+// One run of the experiment and what runExperiment will do with it.
+struct PlannedRun {
+  std::string name, runDir;
+  std::string action;  // run, reuse, resume (unfinished, same config), rerun, reuse-changed
+  std::string detail;  // why: the keys that differ, the checkpoint resumed, ...
+};
+
+// The runs in order and what will happen to each, without writing anything: finished runs that
+// ran another configuration show as "changed" (with ChangedRuns::Refuse, runExperiment stops on
+// them). Throws fp4lab::Error for a configuration error and for unfinished runs in the way.
+std::vector<PlannedRun> planExperiment(const ExperimentConfig& config,
+                                       const ExperimentOptions& options);
 
 ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentOptions& options);
 

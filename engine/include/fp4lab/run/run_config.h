@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@ struct RunConfig {
   uint64_t seed = 1234;  // training order, initialisation, sampling: what a repeat run varies
   // model.*: a Hugging Face folder, or builtin:tiny
   std::string modelPath = "builtin:tiny";
+  // Load model.path, the teacher and the reference as their BF16 weights even where a saved
+  // quant_state.json says they were fake-quantized (default: as saved).
+  bool bf16Weights = false;
   std::string computeDtype = "bf16";  // bf16 (autocast, fp32 master weights) or fp32
   // data.*: JSONL files or builtin:<name>
   std::string trainData = "builtin:sft";
@@ -66,6 +70,10 @@ struct RunConfig {
   int keepCheckpoints = 2;
   int threads = 0;  // 0: all cores
 
+  // Where each key was last set ("run.yaml:12", "command line"), for messages; not part of the
+  // configuration (toYaml and flatten leave it out).
+  std::map<std::string, std::string> origins;
+
   // Reads YAML (a file, or text) then applies `key=value` overrides in order.
   static RunConfig fromYamlFile(const std::string& path,
                                 const std::vector<std::string>& overrides = {});
@@ -78,11 +86,18 @@ struct RunConfig {
   std::string toYaml() const;
   // Every key with its current value, as strings ("optim.lr" -> "0.001"), for tables and diffs.
   std::vector<std::pair<std::string, std::string>> flatten() const;
-  // Cross-field checks (positive sizes, ranges); throws fp4lab::Error naming the key.
+  // Checks across keys (each key's own type and bounds are checked as it is read); throws
+  // fp4lab::Error naming the key and where it was set.
   void validate() const;
+  // Where `key` was set, or "run config (default value)".
+  std::string originOf(const std::string& key) const;
   // recipe.teacher, or model.path when it is empty (a QAD student distils from where it started).
   std::string teacherPath() const { return teacher.empty() ? modelPath : teacher; }
 };
+
+// The keys whose values differ between two configurations (ConfigKey::definesRun keys only
+// unless `all`), in table order.
+std::vector<std::string> differingKeys(const RunConfig& a, const RunConfig& b, bool all = false);
 
 // A comma-separated value (quant.include, eval.tasks, ...) as its items, blanks trimmed, empty
 // items dropped.

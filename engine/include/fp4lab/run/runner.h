@@ -8,13 +8,15 @@
 #include <map>
 #include <string>
 
+#include "fp4lab/common/run_state.h"
 #include "fp4lab/run/run_config.h"
+#include "fp4lab/run/run_folder.h"
 
 namespace fp4lab::run {
 
 // One progress report. Serialised as one JSON line for `fp4lab train --events jsonl`.
 struct RunEvent {
-  std::string kind;  // started, step, eval, checkpoint, warning, finished, failed, cancelled
+  EventKind kind = EventKind::Step;
   int64_t step = 0;
   int64_t maxSteps = 0;
   int64_t tokens = 0;
@@ -30,11 +32,15 @@ struct RunOptions {
   std::string resumeFrom;  // a checkpoints/step-N folder, or "latest" (needs runDir)
   std::function<void(const RunEvent&)> onEvent;
   const std::atomic<bool>* stopRequested = nullptr;  // set by SIGINT/SIGTERM handlers
+  // Check everything that can be checked without training (the config, the resume point, the
+  // model, teacher and reference folders, the data, the tasks), write nothing, and return with
+  // state Unknown and a summary in message.
+  bool dryRun = false;
 };
 
 struct RunResult {
   std::string runDir;
-  std::string state;  // finished, cancelled, failed
+  RunState state = RunState::Unknown;  // Finished, Cancelled or Failed
   int64_t steps = 0;
   std::string message;
 };
@@ -42,8 +48,5 @@ struct RunResult {
 // Runs training end to end. Bad input throws fp4lab::Error before anything is written where
 // possible; failures after the run folder exists are recorded in status.json and the log.
 RunResult executeRun(const RunConfig& config, const RunOptions& options);
-
-// Run states as status.json records them (a "running" state with a dead pid reads as crashed).
-std::string readRunState(const std::string& runDir);
 
 }  // namespace fp4lab::run

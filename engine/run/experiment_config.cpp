@@ -1,0 +1,141 @@
+// The experiment's own keys (sft_steps, qat_lr, formats, ...): one table, read from YAML and
+// key=value through the same machinery as the run config (run/key_table.h).
+#include <fstream>
+#include <sstream>
+
+#include "fp4lab/error.h"
+#include "fp4lab/run/experiment.h"
+#include "run/key_table.h"
+
+namespace fp4lab::run {
+namespace {
+
+using Binding = keys::Binding<ExperimentConfig>;
+
+ConfigKey key(const char* name, KeyType type, double min, double max, const char* help) {
+  ConfigKey k;
+  k.name = name, k.type = type, k.min = min, k.max = max, k.help = help;
+  return k;
+}
+ConfigKey text(const char* name, const char* help) {
+  return key(name, KeyType::String, 0, 0, help);
+}
+ConfigKey integer(const char* name, double min, double max, const char* help) {
+  return key(name, KeyType::Integer, min, max, help);
+}
+ConfigKey rate(const char* name, const char* help) {
+  ConfigKey k = key(name, KeyType::Number, 0, 10, help);
+  k.minExclusive = true;
+  return k;
+}
+
+constexpr double kMaxSeed = 18446744073709551615.0;
+
+const std::vector<Binding>& table() {
+  using C = ExperimentConfig;
+  using keys::bind;
+  static const std::vector<Binding> t = {
+      bind(&C::baseModel,
+           text("base_model", "the base model every run starts from (a folder or builtin:tiny)")),
+      bind(&C::trainData,
+           text("train_data",
+                "the SFT data, also the QAT and QAD data (a JSONL file or builtin:sft)")),
+      bind(&C::seed,
+           integer("seed", 0, kMaxSeed, "every run's run.seed (training order, initialisation)")),
+      bind(&C::dataSeed, integer("data_seed", 0, kMaxSeed,
+                                 "every run's data.seed (examples, validation split, task items)")),
+      bind(&C::batchSize, integer("batch_size", 1, 1 << 16, "sequences per step")),
+      bind(&C::seqLen, integer("seq_len", 8, 1 << 20, "tokens per sequence")),
+      bind(&C::threads,
+           integer("threads", 0, 4096, "CPU threads per run (0: every core the process may use)")),
+      bind(&C::sftSteps, integer("sft_steps", 1, 1e9, "SFT steps from the base model")),
+      bind(&C::sftLr, rate("sft_lr", "SFT peak learning rate")),
+      bind(&C::qatSteps, integer("qat_steps", 1, 1e9, "QAT steps from the SFT model")),
+      bind(&C::qatLr, rate("qat_lr", "QAT peak learning rate")),
+      bind(&C::qadSteps, integer("qad_steps", 1, 1e9, "QAD steps from the SFT model")),
+      bind(&C::qadLr, rate("qad_lr", "QAD peak learning rate")),
+      bind(&C::evalEvery,
+           integer("eval_every", 0, 1e9, "validation every N steps (0: at the end only)")),
+      bind(&C::evalBatches, integer("eval_batches", 1, 1e6, "validation batches per evaluation")),
+      bind(&C::taskItems,
+           integer("task_items", 1, 1e6, "held-out items per task, graded by generation")),
+      bind(&C::formats, text("formats", "mxfp4, nvfp4 or both (comma-separated)")),
+      bind(&C::activations,
+           key("activations", KeyType::Boolean, 0, 0,
+               "true: W4A4 (weights and input activations); false: W4A16 (--w4a16)")),
+      [] {
+        Binding b = bind(&C::baseQatFormat, key("base_qat_format", KeyType::Choice, 0, 0,
+                                                "the format of the QAT-from-base run"));
+        b.key.choices = {"mxfp4", "nvfp4"};
+        return b;
+      }(),
+      bind(&C::baseQatSteps,
+           integer("base_qat_steps", -1, 1e9,
+                   "steps of the QAT-from-base run (-1: sft_steps + qat_steps, the same budget)")),
+      bind(&C::repeats, integer("repeats", 1, 100,
+                                "PTQ, QAT and QAD at this many run seeds (seed, seed + 1, ...), "
+                                "reported as mean and spread")),
+  };
+  return t;
+}
+
+const char* kKeysHint = "fp4lab experiment --list-keys prints every key";
+
+}  // namespace
+
+const std::vector<ConfigKey>& experimentConfigKeys() {
+  static const std::vector<ConfigKey> k = keys::describe(table());
+  return k;
+}
+
+ExperimentConfig ExperimentConfig::quick() {
+  ExperimentConfig c;
+  c.sftSteps = 60;
+  c.qatSteps = 15;
+  c.qadSteps = 15;
+  c.evalEvery = 15;
+  c.evalBatches = 2;
+  c.taskItems = 10;
+  c.batchSize = 8;
+  c.seqLen = 128;
+  return c;
+}
+
+void ExperimentConfig::applyOverride(const std::string& assignment) {
+  keys::applyOverride(*this, table(), assignment, "fp4lab experiment", "experiment key", kKeysHint,
+                      "qat_steps=200");
+}
+
+void ExperimentConfig::applyYamlFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read the experiment config", path, "check the path");
+  std::stringstream text;
+  text << in.rdbuf();
+  keys::applyYaml(*this, table(), text.str(), path, false, "experiment key", kKeysHint);
+}
+
+void ExperimentConfig::validate() const {
+  auto where = [&](const char* key) {
+    auto it = origins.find(key);
+    return it == origins.end() ? std::string("experiment config") : it->second;
+  };
+  const std::vector<std::string> list = splitList(formats);
+  if (list.empty())
+    throw Error("'formats' must name mxfp4, nvfp4 or both", where("formats"), "e.g. formats=nvfp4");
+  for (const auto& f : list)
+    if (f != "mxfp4" && f != "nvfp4")
+      throw Error("'formats' names an unknown format '" + f + "'", where("formats"),
+                  "use mxfp4, nvfp4 or both (formats=mxfp4,nvfp4)");
+}
+
+std::string ExperimentConfig::toYaml() const {
+  std::string out;
+  for (const auto& b : table()) {
+    YAML::Emitter e;
+    e << b.get(*this);
+    out += b.key.name + ": " + e.c_str() + "\n";
+  }
+  return out;
+}
+
+}  // namespace fp4lab::run

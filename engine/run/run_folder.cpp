@@ -1,0 +1,119 @@
+// Reading run folders (state, config, checkpoints) and the configuration of a resumed run.
+#include "fp4lab/run/run_folder.h"
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <cerrno>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fp4lab/common/files.h"
+#include "fp4lab/error.h"
+#include "fp4lab/run/config_keys.h"
+
+namespace fp4lab::run {
+
+std::string latestCheckpointIn(const std::string& checkpointsDir) {
+  if (!files::isDirectory(checkpointsDir)) return "";
+  int64_t best = -1;
+  std::string bestPath;
+  for (const auto& name : files::listDirectory(checkpointsDir)) {
+    if (name.rfind("step-", 0) != 0 || name.size() == 5) continue;
+    if (name.find_first_not_of("0123456789", 5) != std::string::npos || name.size() > 20) continue;
+    const std::string path = files::join(checkpointsDir, name);
+    if (!files::isRegularFile(files::join(path, "trainer_state.json"))) continue;
+    const int64_t step = std::stoll(name.substr(5));
+    if (step > best) best = step, bestPath = path;
+  }
+  return bestPath;
+}
+
+RunFolder readRunFolder(const std::string& dir) {
+  RunFolder f;
+  f.dir = dir;
+  std::ifstream in(files::join(dir, "status.json"));
+  if (in) {
+    const nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
+    if (s.is_object() && s.contains("state") && s["state"].is_string()) {
+      f.state = parseRunState(s["state"].get<std::string>());
+      auto integer = [&](const char* key) {
+        return s.contains(key) && s[key].is_number_integer() ? s[key].get<int64_t>() : 0;
+      };
+      auto text = [&](const char* key) {
+        return s.contains(key) && s[key].is_string() ? s[key].get<std::string>() : std::string();
+      };
+      f.pid = int(integer("pid"));
+      f.step = integer("step");
+      f.maxSteps = integer("max_steps");
+      f.message = text("message");
+      f.updatedUtc = text("updated_utc");
+      if (f.state == RunState::Running && f.pid > 0 && ::kill(f.pid, 0) != 0 && errno == ESRCH)
+        f.state = RunState::Crashed;
+    }
+  }
+  const std::string yaml = files::join(dir, "run.yaml");
+  if (files::exists(yaml)) {
+    try {
+      f.config = RunConfig::fromYamlFile(yaml);
+      f.hasConfig = true;
+    } catch (const Error& e) {
+      f.configError = e.what();
+    }
+  }
+  f.latestCheckpoint = latestCheckpointIn(files::join(dir, "checkpoints"));
+  return f;
+}
+
+RunState readRunState(const std::string& dir) {
+  return readRunFolder(dir).state;
+}
+
+RunConfig resumeConfig(const std::string& runDir, const std::vector<std::string>& overrides,
+                       const std::string& configFile) {
+  const std::string yaml = files::join(runDir, "run.yaml");
+  if (!files::isDirectory(runDir))
+    throw Error("no run to resume: the folder does not exist", runDir,
+                "pass the folder of the run to resume with --output-dir");
+  if (!files::isRegularFile(yaml))
+    throw Error("no run to resume: no run.yaml (not a run folder, or its configuration was lost)",
+                runDir, "pass the folder of the run to resume with --output-dir");
+  const RunConfig ran = RunConfig::fromYamlFile(yaml);
+  RunConfig c = ran;
+  auto refuseChanges = [&](const RunConfig& candidate, const std::string& source) {
+    for (const auto& key : differingKeys(ran, candidate)) {
+      std::string was, now;
+      for (const auto& [k, v] : ran.flatten())
+        if (k == key) was = v;
+      for (const auto& [k, v] : candidate.flatten())
+        if (k == key) now = v;
+      throw Error("'" + key + "' cannot change when a run resumes: the run has " + was + ", " +
+                      source + " says " + now,
+                  candidate.originOf(key),
+                  "resume without changing it, or start a new run in another --output-dir");
+    }
+  };
+  if (!configFile.empty()) {
+    // The file's values must agree with the run's on every key that defines it.
+    RunConfig fromFile = RunConfig::fromYamlFile(configFile);
+    refuseChanges(fromFile, configFile);
+    // ... and its other keys (threads, checkpoint cadence) apply where the file sets them.
+    const auto values = fromFile.flatten();
+    for (size_t i = 0; i < values.size(); ++i) {
+      const ConfigKey& key = runConfigKeys()[i];
+      if (key.definesRun || !fromFile.origins.count(key.name)) continue;
+      c.applyOverride(key.name + "=" + values[i].second);
+      c.origins[key.name] = fromFile.originOf(key.name);
+    }
+  }
+  for (const auto& o : overrides) {
+    RunConfig next = c;
+    next.applyOverride(o);
+    refuseChanges(next, "the command line");
+    c = next;
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace fp4lab::run
