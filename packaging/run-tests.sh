@@ -11,10 +11,11 @@ cmake --preset release > /dev/null
 cmake --build --preset release -j "$JOBS"
 ctest --preset release -j "$JOBS"
 
-# The sanitizers cover the code that owns its memory: kernels, safetensors, the HDF5 log, data.
+# The sanitizers cover the code that owns its memory: kernels, common, safetensors, the HDF5 log,
+# data.
 # (The wheel's LibTorch is not built with them.)
 echo "== sanitizers (address, undefined)"
 cmake --preset asan > /dev/null
-cmake --build --preset asan -j "$JOBS" --target test_kernels test_io test_log test_data
+cmake --build --preset asan -j "$JOBS" --target test_kernels test_common test_io test_log test_data
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --preset asan -j "$JOBS"
