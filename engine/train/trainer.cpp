@@ -133,7 +133,12 @@ TrainOutcome Trainer::run() {
   m_segmentStart = Clock::now();
   m_segmentBase = m_state.wallSeconds;
   m_model->train();
-  if (m_state.step >= maxSteps) {  // nothing to train (ptq, train.max_steps=0)
+  if (m_state.step >= maxSteps) {
+    // Resumed from the final checkpoint (the process died after it, before saving model/): the
+    // final evaluation is in the log already (an evaluation is flushed before the checkpoint
+    // that follows it), so only the model remains to be saved.
+    if (m_state.step > 0 && !m_lastCheckpoint.empty()) return TrainOutcome::Finished;
+    // Nothing to train (ptq, train.max_steps=0): evaluate and save.
     m_listener.onEval(evaluate());
     saveCheckpoint();
     return TrainOutcome::Finished;

@@ -132,6 +132,25 @@ TEST_CASE("A resumed run reproduces the uninterrupted run", "[train][resume]") {
   for (size_t i = 0; i < 20; ++i) CHECK(a[i] == b[i]);
 }
 
+TEST_CASE("A run resumed from its final checkpoint saves its model without a second evaluation",
+          "[train][resume]") {
+  TempDir tmp;
+  run::RunOptions options;
+  options.runDir = (tmp.path / "run").string();
+  REQUIRE(run::executeRun(tinyConfig(8), options).state == RunState::Finished);
+  const std::string logPath = (tmp.path / "run" / "log.h5").string();
+  const int64_t evalRows = log::RunLogReader(logPath).evalRows();
+  // As if the process had died after the last checkpoint, before model/ was written.
+  std::filesystem::remove_all(tmp.path / "run" / "model");
+  run::RunOptions resume = options;
+  resume.resumeFrom = "latest";
+  REQUIRE(run::executeRun(tinyConfig(8), resume).state == RunState::Finished);
+  log::RunLogReader reader(logPath);
+  CHECK(reader.evalRows() == evalRows);  // the final evaluation once, not twice
+  CHECK(reader.trainRows() == 8);
+  CHECK(std::filesystem::exists(tmp.path / "run" / "model" / "model.safetensors"));
+}
+
 TEST_CASE("A diverging run stops with a message and keeps its last good checkpoint",
           "[train][nan]") {
   TempDir tmp;
