@@ -14,6 +14,7 @@ DEBIAN_PACKAGES=(
   qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev libxkbcommon-dev
   libqt6opengl6-dev  # Debian 12: Qt6Charts's CMake config needs Qt6OpenGL, which qt6-charts-dev forgets
   libhdf5-dev catch2 nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libbenchmark-dev
+  libgoogle-perftools-dev  # tcmalloc, the allocator fp4lab trains with (CMakeLists.txt)
   xvfb xauth clang-format
 )
 

@@ -2,6 +2,7 @@
 // weights, AdamW, clipping) on random tokens, for the configs train_step.py also runs.
 // usage: bench_train --model tiny|100m [--steps N] [--batch B] [--seq T] [--threads N]
 // prints one JSON line like train_step.py; bench_train.sh puts both side by side.
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -72,7 +73,10 @@ int main(int argc, char** argv) {
   double stepS = timed[timed.size() / 2];
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
+  // Which malloc this process runs on: tcmalloc exports tc_malloc beside malloc.
+  const bool tcmalloc = dlsym(RTLD_DEFAULT, "tc_malloc") != nullptr;
   nlohmann::json out = {{"impl", "fp4lab-cpp"},
+                        {"allocator", tcmalloc ? "tcmalloc" : "glibc"},
                         {"model", name},
                         {"params", params},
                         {"batch", batch},
