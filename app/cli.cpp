@@ -28,6 +28,9 @@ Args::Args(const std::string& command, const std::vector<std::string>& argv,
         name = name.substr(0, eq);
       }
       if (known(flags, name)) {
+        if (eq != std::string::npos)
+          throw Error("--" + name + " takes no value (it is a switch)", "fp4lab " + command,
+                      "write --" + name + " to turn it on, and leave it out to keep it off");
         m_values[name] = "1";
       } else if (known(options, name)) {
         if (eq == std::string::npos) {

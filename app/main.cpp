@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,10 @@ int main(int argc, char** argv) {
       return c.run(args);
     } catch (const fp4lab::Error& e) {
       std::fprintf(stderr, "fp4lab: error: %s\n", e.what());
+      return 2;
+    } catch (const std::filesystem::filesystem_error& e) {
+      // A folder or file of the user's that cannot be made or read: their input, not a bug.
+      std::fprintf(stderr, "fp4lab: error: %s (check the path and its permissions)\n", e.what());
       return 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "fp4lab: internal error: %s\n", e.what());

@@ -174,7 +174,19 @@ int runInspect(const std::vector<std::string>& argv) {
   }
   log::RunLogReader reader((dir / "log.h5").string());
   log::RootAttributes a = reader.attributes();
-  std::printf("run %s: %s\n", a.runId.c_str(), toString(run::readRunState(dir.string())));
+  const run::RunFolder folder = run::readRunFolder(dir.string());
+  std::printf("run %s: %s", a.runId.c_str(), toString(folder.state));
+  if (folder.maxSteps > 0)
+    std::printf(" at step %" PRId64 " of %" PRId64, folder.step, folder.maxSteps);
+  std::printf("%s%s\n", folder.message.empty() ? "" : " (",
+              folder.message.empty() ? "" : (folder.message + ")").c_str());
+  if (!folder.configError.empty())
+    std::printf("run.yaml cannot be read: %s\n", folder.configError.c_str());
+  const bool resumable = folder.state == RunState::Cancelled || folder.state == RunState::Crashed ||
+                         folder.state == RunState::Failed;
+  if (resumable && !folder.latestCheckpoint.empty())
+    std::printf("resume it: fp4lab train --resume-from-checkpoint latest --output-dir %s\n",
+                dir.c_str());
   std::printf("recipe %s (%s), created %s\n", a.recipe.c_str(), a.format.c_str(),
               a.createdUtc.c_str());
   int64_t rows = reader.trainRows();

@@ -258,6 +258,7 @@ void writePretrainedFiles(CausalLM& model, const std::string& dir, const SaveOpt
   }
   // Read the extra files first: a missing one fails the save before anything is written.
   std::vector<std::pair<std::string, std::string>> extraFiles;
+  extraFiles = options.extraContents;
   for (const std::string& extra : options.extraFiles) {
     extraFiles.emplace_back(files::baseName(extra), files::readFile(extra));
   }

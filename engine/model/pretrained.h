@@ -29,6 +29,8 @@ struct SaveOptions {
   nlohmann::json extraConfig = nlohmann::json::object();
   // Files copied into the folder as they are (tokenizer.json, tokenizer_config.json, ...).
   std::vector<std::string> extraFiles;
+  // Files written into the folder from memory: (name, content).
+  std::vector<std::pair<std::string, std::string>> extraContents;
   // Checkpoints larger than this are split into model-0000i-of-0000n.safetensors plus
   // model.safetensors.index.json, as transformers does (its default is 5 GB). It also bounds
   // the host memory the writer holds at once.

@@ -3,6 +3,10 @@
 #include "fp4lab/run/experiment.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iomanip>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -12,6 +16,7 @@
 #include <functional>
 #include <sstream>
 
+#include "fp4lab/common/files.h"
 #include "fp4lab/common/time.h"
 #include "fp4lab/data/builtin_tasks.h"
 #include "fp4lab/error.h"
@@ -131,7 +136,7 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
   auto stepCount = [](int64_t n) { return "train.max_steps=" + std::to_string(n); };
   auto lr = [](double v) {
     std::ostringstream s;
-    s << "optim.lr=" << v;
+    s << std::setprecision(17) << "optim.lr=" << v;
     return s.str();
   };
   add("sft", "sft", "bf16", "base",
@@ -164,6 +169,28 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
   return steps;
 }
 
+// The keys that define a run and differ between what ran and what would run now; model folders
+// (model.path, recipe.teacher, eval.reference) compare as the folders they name, so DIR spelled
+// as "exp", "./exp" or an absolute path is the same experiment.
+std::vector<std::string> changedKeys(const RunConfig& ran, const RunConfig& now) {
+  std::vector<std::string> out;
+  for (const auto& key : differingKeys(ran, now)) {
+    const std::string* a = nullptr;
+    const std::string* b = nullptr;
+    if (key == "model.path") a = &ran.modelPath, b = &now.modelPath;
+    if (key == "recipe.teacher") a = &ran.teacher, b = &now.teacher;
+    if (key == "eval.reference") a = &ran.reference, b = &now.reference;
+    if (a && !a->empty() && !b->empty() && a->find(':') == std::string::npos &&
+        b->find(':') == std::string::npos) {
+      std::error_code e1, e2;
+      const fs::path pa = fs::weakly_canonical(*a, e1), pb = fs::weakly_canonical(*b, e2);
+      if (!e1 && !e2 && pa == pb) continue;
+    }
+    out.push_back(key);
+  }
+  return out;
+}
+
 // "train.max_steps (run.yaml: 15, now: 400)" for each key that differs.
 std::string describeDifferences(const RunConfig& ran, const RunConfig& now,
                                 const std::vector<std::string>& keys) {
@@ -193,7 +220,7 @@ void plan(std::vector<Step>& steps, const ExperimentOptions& options, bool refus
       std::vector<std::string> keys;
       try {
         const RunConfig ran = RunConfig::fromYamlFile((dir / "run.yaml").string());
-        keys = differingKeys(ran, s.config);
+        keys = changedKeys(ran, s.config);
         p.detail = describeDifferences(ran, s.config, keys);
       } catch (const Error& e) {
         keys = {"run.yaml"};
@@ -213,10 +240,12 @@ void plan(std::vector<Step>& steps, const ExperimentOptions& options, bool refus
       if (state != "running") {
         try {
           const RunConfig ran = RunConfig::fromYamlFile((dir / "run.yaml").string());
-          const auto keys = differingKeys(ran, s.config);
+          const auto keys = changedKeys(ran, s.config);
           const std::string checkpoint = latestCheckpointIn((dir / "checkpoints").string());
           resumable = keys.empty() && !checkpoint.empty() && !(sftRuns && s.run.name != "sft");
+          const bool stale = sftRuns && s.run.name != "sft";
           detail = !keys.empty()        ? "it ran " + describeDifferences(ran, s.config, keys)
+                   : stale              ? std::string("the SFT model it read runs again")
                    : checkpoint.empty() ? std::string("it has no checkpoint")
                                         : "from " + checkpoint;
         } catch (const Error& e) {
@@ -281,7 +310,7 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
   config.validate();
   std::vector<Step> steps = experimentSteps(config, options.dir);
   plan(steps, options, true);  // throws before anything is written
-  fs::create_directories(options.dir);
+  files::createDirectories(options.dir);
   files::writeFileAtomically((fs::path(options.dir) / "experiment.yaml").string(), config.toYaml());
 
   for (Step& s : steps) {
@@ -289,8 +318,11 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
     const std::string& action = s.plan.action;
     if (action == "rerun") {
       const fs::path replaced = fs::path(options.dir) / "replaced";
-      fs::create_directories(replaced);
-      fs::rename(r.runDir, replaced / (r.name + "-" + utcCompactTimestamp()));
+      files::createDirectories(replaced.string());
+      const fs::path aside = replaced / (r.name + "-" + utcCompactTimestamp());
+      if (::rename(r.runDir.c_str(), aside.c_str()) != 0)
+        throw Error("cannot move the run aside to " + aside.string() + ": " + std::strerror(errno),
+                    r.runDir, "move or delete it yourself, then run the experiment again");
     }
     if (action == "reuse" || action == "reuse-changed") {
       r.reused = true;

@@ -49,11 +49,16 @@ model::ModelConfig builtinTinyConfig(int64_t vocab) {
   return c;
 }
 
-std::unique_ptr<data::Tokenizer> loadTokenizerFor(const fs::path& dir, const std::string& why) {
-  if (fs::exists(dir / "tokenizer.json"))
-    return data::loadTokenizerJson((dir / "tokenizer.json").string());
-  if (fs::exists(dir / "fp4lab_tokenizer.json")) return data::makeByteTokenizer();
-  throw Error("no tokenizer.json in the model folder, and " + why + " needs one", dir.string(),
+// The tokenizer from the files a bundle loaded (not from its folder, which may be gone by now).
+std::unique_ptr<data::Tokenizer> tokenizerFrom(
+    const std::vector<std::pair<std::string, std::string>>& tokenizerFiles,
+    const std::string& source, const std::string& why) {
+  for (const auto& [name, content] : tokenizerFiles)
+    if (name == "tokenizer.json")
+      return data::parseTokenizerJson(content, (fs::path(source) / name).string());
+  for (const auto& [name, content] : tokenizerFiles)
+    if (name == "fp4lab_tokenizer.json") return data::makeByteTokenizer();
+  throw Error("no tokenizer.json in the model folder, and " + why + " needs one", source,
               "copy the model's tokenizer.json next to its config.json (pre-tokenized "
               "{\"input_ids\": [...]} rows need none)");
 }
@@ -157,7 +162,7 @@ std::string builtinModelPath() {
 
 const data::Tokenizer& ModelBundle::tokenizer(const std::string& why) const {
   if (!loadedTokenizer) {
-    loadedTokenizer = loadTokenizerFor(source, why);
+    loadedTokenizer = tokenizerFrom(tokenizerFiles, source, why);
     if (loadedTokenizer->vocabSize() > model->config().vocabSize) {
       const int64_t tokens = loadedTokenizer->vocabSize();
       loadedTokenizer.reset();
@@ -170,8 +175,10 @@ const data::Tokenizer& ModelBundle::tokenizer(const std::string& why) const {
 }
 
 bool ModelBundle::hasTokenizer() const {
-  return loadedTokenizer || fs::exists(fs::path(source) / "tokenizer.json") ||
-         fs::exists(fs::path(source) / "fp4lab_tokenizer.json");
+  if (loadedTokenizer) return true;
+  for (const auto& [name, content] : tokenizerFiles)
+    if (name == "tokenizer.json" || name == "fp4lab_tokenizer.json") return true;
+  return false;
 }
 
 std::string ModelBundle::quantization() const {
@@ -185,6 +192,10 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
   b.source = path;
   if (path == "scratch:tiny") {
     b.loadedTokenizer = data::makeByteTokenizer();
+    b.tokenizerFiles.emplace_back(
+        "fp4lab_tokenizer.json",
+        nlohmann::json{{"type", "byte"}, {"vocab_size", b.loadedTokenizer->vocabSize()}}.dump(2) +
+            "\n");
     torch::manual_seed(seed);
     b.model = model::CausalLM(builtinTinyConfig(b.loadedTokenizer->vocabSize()));
     b.model->to(dtype);
@@ -200,6 +211,10 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
   checkModelFolder(dir);
   b.model = model::loadPretrained(dir, dtype, torch::kCPU);
   b.source = dir;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                        "fp4lab_tokenizer.json"})
+    if (fs::exists(fs::path(dir) / f))
+      b.tokenizerFiles.emplace_back(f, files::readFile((fs::path(dir) / f).string()));
   const fs::path state = fs::path(dir) / quant::kQuantStateFile;
   if (!bf16Weights && fs::exists(state)) {
     std::ifstream in(state);
@@ -213,30 +228,16 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
   return b;
 }
 
-void saveModelBundle(const ModelBundle& bundle, const std::string& dir, torch::Dtype dtype) {
-  // The tokenizer travels inside the folder's atomic write, so a saved model is always usable.
+void saveModelBundle(const ModelBundle& bundle, const std::string& dir, torch::Dtype dtype,
+                     const std::vector<std::pair<std::string, std::string>>& extra) {
+  // The tokenizer (and `extra`) travel inside the folder's atomic write, so a saved model is
+  // always complete and usable.
   model::SaveOptions options;
   options.dtype = dtype;
-  fs::path byteMarker;
-  const bool byteTokenizer = bundle.loadedTokenizer
-                                 ? bundle.loadedTokenizer->kind() == "byte"
-                                 : fs::exists(fs::path(bundle.source) / "fp4lab_tokenizer.json");
-  if (byteTokenizer) {
-    byteMarker = fs::temp_directory_path() / ("fp4lab-" + std::to_string(getpid())) /
-                 "fp4lab_tokenizer.json";
-    fs::create_directories(byteMarker.parent_path());
-    std::ofstream(byteMarker)
-        << nlohmann::json{{"type", "byte"}, {"vocab_size", bundle.tokenizer().vocabSize()}}.dump(2)
-        << "\n";
-    options.extraFiles.push_back(byteMarker.string());
-  } else {
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
-      if (fs::exists(fs::path(bundle.source) / f))
-        options.extraFiles.push_back((fs::path(bundle.source) / f).string());
-  }
+  options.extraContents = bundle.tokenizerFiles;
+  options.extraContents.insert(options.extraContents.end(), extra.begin(), extra.end());
   model::CausalLM m = bundle.model;
   model::savePretrained(m, dir, options);
-  if (!byteMarker.empty()) fs::remove_all(byteMarker.parent_path());
 }
 
 std::vector<data::Example> loadExamples(const std::string& source, uint64_t seed) {

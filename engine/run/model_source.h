@@ -37,6 +37,10 @@ struct ModelBundle {
   std::string quantization() const;
 
   mutable std::unique_ptr<data::Tokenizer> loadedTokenizer;
+  // The tokenizer's files as loaded (tokenizer.json, tokenizer_config.json, ...; or fp4lab's
+  // byte-tokenizer marker), kept in memory so that a saved model always carries them even when
+  // the folder it came from is gone (a resumed run's pruned checkpoint).
+  std::vector<std::pair<std::string, std::string>> tokenizerFiles;
 };
 
 // `path`: a Hugging Face folder (a run's model/ or checkpoint with its quant_state.json is
@@ -46,8 +50,10 @@ struct ModelBundle {
 ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_t seed = 0,
                             bool bf16Weights = false);
 // Saves the model (BF16) and its tokenizer description as a Hugging Face folder, atomically.
+// `extra`: more files written into the folder inside the same atomic write (quant_state.json).
 void saveModelBundle(const ModelBundle& bundle, const std::string& dir,
-                     torch::Dtype dtype = torch::kBFloat16);
+                     torch::Dtype dtype = torch::kBFloat16,
+                     const std::vector<std::pair<std::string, std::string>>& extra = {});
 
 // (builtinModelPath, buildBuiltinModel and cacheRoot: fp4lab/run/model.h.)
 

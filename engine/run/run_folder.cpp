@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <fstream>
@@ -48,7 +49,10 @@ RunFolder readRunFolder(const std::string& dir) {
       f.maxSteps = integer("max_steps");
       f.message = text("message");
       f.updatedUtc = text("updated_utc");
-      if (f.state == RunState::Running && f.pid > 0 && ::kill(f.pid, 0) != 0 && errno == ESRCH)
+      // A pid that is gone, or that is this very process (pids are reused: in a container every
+      // fp4lab may be pid 1), is not the run's writer any more.
+      if (f.state == RunState::Running && f.pid > 0 &&
+          ((::kill(f.pid, 0) != 0 && errno == ESRCH) || f.pid == int(::getpid())))
         f.state = RunState::Crashed;
     }
   }
@@ -80,8 +84,11 @@ RunConfig resumeConfig(const std::string& runDir, const std::vector<std::string>
                 runDir, "pass the folder of the run to resume with --output-dir");
   const RunConfig ran = RunConfig::fromYamlFile(yaml);
   RunConfig c = ran;
-  auto refuseChanges = [&](const RunConfig& candidate, const std::string& source) {
+  // `onlySet`: compare only the keys the candidate's source set (a --config file need not repeat
+  // every key; the ones it leaves out keep the run's values).
+  auto refuseChanges = [&](const RunConfig& candidate, const std::string& source, bool onlySet) {
     for (const auto& key : differingKeys(ran, candidate)) {
+      if (onlySet && !candidate.origins.count(key)) continue;
       std::string was, now;
       for (const auto& [k, v] : ran.flatten())
         if (k == key) was = v;
@@ -96,7 +103,7 @@ RunConfig resumeConfig(const std::string& runDir, const std::vector<std::string>
   if (!configFile.empty()) {
     // The file's values must agree with the run's on every key that defines it.
     RunConfig fromFile = RunConfig::fromYamlFile(configFile);
-    refuseChanges(fromFile, configFile);
+    refuseChanges(fromFile, configFile, true);
     // ... and its other keys (threads, checkpoint cadence) apply where the file sets them.
     const auto values = fromFile.flatten();
     for (size_t i = 0; i < values.size(); ++i) {
@@ -109,7 +116,7 @@ RunConfig resumeConfig(const std::string& runDir, const std::vector<std::string>
   for (const auto& o : overrides) {
     RunConfig next = c;
     next.applyOverride(o);
-    refuseChanges(next, "the command line");
+    refuseChanges(next, "the command line", false);
     c = next;
   }
   c.validate();

@@ -150,7 +150,7 @@ class RunListener : public train::TrainerListener {
       if (!item.system.empty()) line["system"] = item.system;
       lines += line.dump() + "\n";
     }
-    fs::create_directories(m_runDir / "tasks");
+    files::createDirectories((m_runDir / "tasks").string());
     files::writeFileAtomically(
         (m_runDir / "tasks" / ("step-" + std::to_string(step) + ".jsonl")).string(), lines);
   }
@@ -270,34 +270,32 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   checkTaskNames(tasks, "eval.tasks");
   if (dataBundle.train.empty())
     throw Error("no training sequences", "data.train", "check the dataset and data.seq_len");
-  if (options.dryRun) {
-    for (const std::string& path :
-         {config.recipe == "qad" ? config.teacherPath() : std::string(), config.reference})
-      if (!path.empty()) loadModelBundle(path, torch::kBFloat16, config.seed, config.bf16Weights);
-    RunResult dry;
-    dry.runDir = runDir.string();
-    dry.message = std::to_string(dataBundle.train.size()) + " training and " +
-                  std::to_string(dataBundle.validation.size()) + " validation sequences; model " +
-                  bundle.source + ", " + bundle.quantization() + "; run folder " + runDir.string() +
-                  (resuming ? ", resuming from " + checkpoint : "");
-    return dry;
-  }
+  // Graded generation needs the tokenizer: fail now, not after training.
+  if (!tasks.empty()) bundle.tokenizer("eval.tasks (grading by generation)");
 
-  // Frozen BF16 models (teacher, reference), loaded once per path.
+  // Frozen models (teacher, reference), loaded once per path, in BF16. The run's own model.path
+  // as a teacher or reference is its BF16 weights (a QAD run from a PTQ model distils from the
+  // model the PTQ quantized, not from itself); other folders load as saved, and a folder saved
+  // fake-quantized in fp32, as its quantizers were fitted to those weights.
   std::map<std::string, model::CausalLM> frozen;
   std::vector<std::string> frozenNotes;
   auto loadFrozen = [&](const std::string& path) {
     auto it = frozen.find(path);
     if (it != frozen.end()) return it->second;
-    model::CausalLM m =
-        loadModelBundle(path, torch::kBFloat16, config.seed, config.bf16Weights).model;
+    const bool bf16Weights = config.bf16Weights || path == config.modelPath;
+    const bool quantized = !bf16Weights && fs::exists(fs::path(path) / quant::kQuantStateFile);
+    ModelBundle b = loadModelBundle(path, quantized ? torch::kFloat32 : torch::kBFloat16,
+                                    config.seed, bf16Weights);
+    model::CausalLM m = b.model;
     int64_t bytes = 0;
     for (auto& p : m->parameters()) {
       p.set_requires_grad(false);
       bytes += p.numel() * int64_t(p.element_size());
     }
     m->eval();
-    frozenNotes.push_back(path + " (BF16, " + std::to_string(bytes / 1024) + " KiB of weights)");
+    frozenNotes.push_back(path + " (" +
+                          (quantized ? "fp32, " + b.quantization() : std::string("BF16")) + ", " +
+                          std::to_string(bytes / 1024) + " KiB of weights)");
     return frozen.emplace(path, m).first->second;
   };
 
@@ -316,14 +314,25 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
           &dataBundle.train[size_t(i * config.batchSize + k) % dataBundle.train.size()]);
     return train::makeBatch(picked, config.seqLen, bundle.model->device());
   };
+  context.checkOnly = options.dryRun;
   recipe->prepare(bundle.model, context);
   std::vector<quant::QuantizedLayer>& layers = recipe->quantizedLayers();
   const std::string referencePath =
       config.reference.empty() ? recipe->defaultReference() : config.reference;
   model::CausalLM reference{nullptr};
   if (!referencePath.empty()) reference = loadFrozen(referencePath);
+  if (options.dryRun) {
+    RunResult dry;
+    dry.runDir = runDir.string();
+    dry.message = std::to_string(dataBundle.train.size()) + " training and " +
+                  std::to_string(dataBundle.validation.size()) + " validation sequences; model " +
+                  bundle.source + ", " + bundle.quantization() + "; " + recipe->format() +
+                  "; run folder " + runDir.string() +
+                  (resuming ? ", resuming from " + checkpoint : "");
+    return dry;
+  }
 
-  fs::create_directories(runDir);
+  files::createDirectories(runDir.string());
   if (!resuming) files::writeFileAtomically((runDir / "run.yaml").string(), config.toYaml());
   writeStatus(runDir, RunState::Running, 0, maxSteps);
   const std::string logPath = (runDir / "log.h5").string();
@@ -349,8 +358,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   // the trained fake-quantized model.
   const torch::Dtype saveDtype = layers.empty() ? torch::kBFloat16 : torch::kFloat32;
   auto saveModel = [&](const std::string& dir, torch::Dtype dtype) {
-    saveModelBundle(bundle, dir, dtype);
-    recipe->saveState(dir);
+    saveModelBundle(bundle, dir, dtype, recipe->stateFiles());
   };
   train::Trainer trainer(config, bundle.model, *recipe, std::move(dataBundle.train),
                          std::move(dataBundle.validation), (runDir / "checkpoints").string(),

@@ -94,6 +94,7 @@ class QuantizingRecipe : public Recipe {
       return;
     }
     m_layers = quant::attachQuantizers(model, m_options);
+    if (context.checkOnly) return;
     const int64_t batches = m_options.frozenAmax ? m_config.calibBatches : 0;
     quant::calibrate(m_layers, batches, [&](int64_t i) {
       Batch batch = context.calibrationBatch(i);
@@ -107,9 +108,8 @@ class QuantizingRecipe : public Recipe {
   }
   std::vector<quant::QuantizedLayer>& quantizedLayers() override { return m_layers; }
   std::string format() const override { return m_options.describe(); }
-  void saveState(const std::string& dir) const override {
-    files::writeFileAtomically((std::filesystem::path(dir) / kQuantStateFile).string(),
-                               quant::quantStateJson(m_layers, m_options));
+  std::vector<std::pair<std::string, std::string>> stateFiles() const override {
+    return {{kQuantStateFile, quant::quantStateJson(m_layers, m_options)}};
   }
 
  protected:

@@ -43,6 +43,8 @@ struct RecipeContext {
   // with their amaxes instead of calibrating, when they are the quantization it would attach.
   std::vector<quant::QuantizedLayer> savedQuantizers;
   quant::QuantOptions savedOptions;
+  // A dry run: check everything (layers, quantization, the teacher) but do not calibrate.
+  bool checkOnly = false;
 };
 
 class Recipe {
@@ -64,8 +66,9 @@ class Recipe {
   virtual std::string format() const { return "bf16"; }
   // The model evaluations measure KL to when eval.reference is empty ("" = none): QAD's teacher.
   virtual std::string defaultReference() const { return {}; }
-  // Writes the recipe's state (quantizer amaxes) into a checkpoint or model folder being made.
-  virtual void saveState(const std::string& dir) const { (void)dir; }
+  // The files of the recipe's state (quant_state.json: the quantizers and their amaxes) that a
+  // checkpoint or model folder being made must hold: (name, content); none for SFT.
+  virtual std::vector<std::pair<std::string, std::string>> stateFiles() const { return {}; }
 
  private:
   std::vector<quant::QuantizedLayer> m_noLayers;
@@ -79,7 +82,7 @@ torch::Tensor tokenKl(const torch::Tensor& teacherLogits, const torch::Tensor& s
 
 std::unique_ptr<Recipe> makeRecipe(const run::RunConfig& config);
 
-// The file a quantizing recipe's saveState writes.
+// The file a quantizing recipe's stateFiles holds.
 using quant::kQuantStateFile;
 
 }  // namespace fp4lab::train

@@ -134,10 +134,10 @@ TrainOutcome Trainer::run() {
   m_segmentBase = m_state.wallSeconds;
   m_model->train();
   if (m_state.step >= maxSteps) {
-    // Resumed from the final checkpoint (the process died after it, before saving model/): the
-    // final evaluation is in the log already (an evaluation is flushed before the checkpoint
-    // that follows it), so only the model remains to be saved.
-    if (m_state.step > 0 && !m_lastCheckpoint.empty()) return TrainOutcome::Finished;
+    // Resumed from the final checkpoint (the process died after it, before saving model/; for
+    // ptq the step-0 one): the final evaluation is in the log already (an evaluation is flushed
+    // before the checkpoint that follows it), so only the model remains to be saved.
+    if (!m_lastCheckpoint.empty()) return TrainOutcome::Finished;
     // Nothing to train (ptq, train.max_steps=0): evaluate and save.
     m_listener.onEval(evaluate());
     saveCheckpoint();
@@ -206,7 +206,7 @@ double Trainer::wallSeconds() const {
 // It is assembled under a temporary name and renamed, so a checkpoint is complete or absent.
 void Trainer::saveCheckpoint() {
   fs::path root(m_checkpointRoot);
-  fs::create_directories(root);
+  files::createDirectories(root.string());
   const std::string name = "step-" + std::to_string(m_state.step);
   fs::path tmp = root / ("." + name + ".tmp");
   fs::path final = root / name;

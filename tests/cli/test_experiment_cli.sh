@@ -125,6 +125,9 @@ cmp -s "$T/exp/experiment.yaml" "$T/experiment.yaml.before" || fail "a refused e
 "$BIN" experiment --quick threads=1 repeats=2 qat_steps=16 --output-dir "$T/exp" --dry-run > "$T/plan.txt"
 [ "$(grep -c ' changed ' "$T/plan.txt")" = 5 ] && [ "$(grep -c ' reuse ' "$T/plan.txt")" = 10 ] ||
   fail "dry run: $(cat "$T/plan.txt")"
+# The same folder spelled another way is the same experiment.
+"$BIN" experiment --quick threads=1 repeats=2 --output-dir "$T/./exp/" --dry-run > "$T/plan2.txt"
+[ "$(grep -c ' reuse ' "$T/plan2.txt")" = 15 ] || fail "another spelling of the folder: $(cat "$T/plan2.txt")"
 "$BIN" experiment --quick threads=1 repeats=2 qat_steps=16 --output-dir "$T/exp" --rerun-changed > /dev/null 2>&1 ||
   fail "--rerun-changed failed"
 [ "$(ls "$T/exp/replaced" | wc -l)" = 5 ] || fail "replaced/: $(ls "$T/exp/replaced")"

@@ -61,6 +61,15 @@ set +e; wait $pid; rc=$?; set -e
 grep -q '"event":"cancelled"' "$T/stop.jsonl" || fail "no cancelled event"
 grep -q '"state": "cancelled"' "$T/stop/status.json" || fail "status not cancelled"
 ls "$T/stop/checkpoints" | grep -q "step-" || fail "no checkpoint after SIGTERM"
+"$BIN" inspect "$T/stop" > "$T/inspect-stop.txt"
+grep -q "cancelled at step [0-9]* of 60" "$T/inspect-stop.txt" &&
+  grep -q "resume it: fp4lab train --resume-from-checkpoint latest --output-dir $T/stop" "$T/inspect-stop.txt" ||
+  fail "inspect of a stopped run: $(head -3 "$T/inspect-stop.txt")"
+# A --config file on resume need not repeat every key: the ones it sets must agree with run.yaml
+# (or be ones that do not define the run).
+printf 'train:\n  threads: 1\n  checkpoint_every: 4\n' > "$T/partial.yaml"
+"$BIN" train --output-dir "$T/stop" --resume-from-checkpoint latest --config "$T/partial.yaml" --dry-run 2> "$T/dry.txt" ||
+  fail "a partial --config on resume: $(cat "$T/dry.txt")"
 # Resuming needs nothing but the run folder: the rest is its run.yaml.
 "$BIN" train --output-dir "$T/stop" --resume-from-checkpoint latest --events jsonl > "$T/resume.jsonl" ||
   fail "resume exited $?"
@@ -131,6 +140,15 @@ grep -q "over 6 tokens in 2 rows" "$T/ids.out" || fail "pre-tokenized eval: $(ca
   fail "the same weights scored differently with and without a tokenizer"
 expect_error "no tokenizer.json.*a chat row" "$BIN" eval "$T/weights-only" --data "$T/eval.jsonl"
 
+# Graded generation needs a tokenizer: refused before anything runs (and by --dry-run), not after
+# training.
+expect_error "no tokenizer.json.*eval.tasks" "$BIN" train --defaults model.path="$T/weights-only" \
+  data.train="$T/ids.jsonl" data.seq_len=8 train.batch_size=1 eval.tasks=reasoning_language --output-dir "$T/bad9" --dry-run
+expect_error "no tokenizer.json.*eval.tasks" "$BIN" train --defaults model.path="$T/weights-only" \
+  data.train="$T/ids.jsonl" data.seq_len=8 train.batch_size=1 eval.tasks=reasoning_language --output-dir "$T/bad9"
+[ ! -e "$T/bad9" ] || fail "a run refused for its missing tokenizer left a folder"
+expect_error "takes no value" "$BIN" train --defaults --dry-run=false
+
 # eval scores what a quantized run saved: a PTQ run's model is the fake-quantized one (its loss on
 # the validation rows is the run's own logged val_loss), and --bf16 its BF16 weights.
 python3 - "$T/val.jsonl" <<'PY'
@@ -157,4 +175,14 @@ assert abs(quantized - logged) < 1e-4 * logged, (quantized, logged)
 assert abs(bf16 - quantized) > 1e-3, (bf16, quantized)
 print(f"PTQ model: eval {quantized:.6f} = logged val_loss {logged:.6f}; BF16 weights {bf16:.6f}")
 PY
+# A run from the PTQ model: SFT is refused (also by --dry-run), QAD with the same quantization
+# adopts its quantizers and distils from the BF16 weights of the model it started from.
+expect_error "recipe sft trains BF16" "$BIN" train --defaults recipe.name=sft model.path="$T/ptq/model" --dry-run
+expect_error "holds a fake-quantized model (NVFP4" "$BIN" train --defaults recipe.name=qat quant.format=mxfp4 \
+  model.path="$T/ptq/model" --dry-run
+"$BIN" train --defaults recipe.name=qad quant.format=nvfp4 model.path="$T/ptq/model" data.seq_len=64 \
+  train.batch_size=2 train.max_steps=2 train.eval_batches=1 data.validation_max=4 train.threads=1 \
+  --output-dir "$T/qad-from-ptq" > /dev/null 2>&1 || fail "QAD from the PTQ model exited $?"
+"$BIN" inspect "$T/qad-from-ptq" | grep -q "frozen_model $T/ptq/model (BF16" ||
+  fail "the QAD teacher is not the BF16 model: $("$BIN" inspect "$T/qad-from-ptq" | grep frozen_model)"
 echo "cli train/inspect/eval/generate: all checks passed"

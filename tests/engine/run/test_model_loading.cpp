@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "../temp_dir.h"
@@ -156,4 +157,23 @@ TEST_CASE("A run from a quantized model adopts its quantizers or refuses", "[run
   CHECK_THROWS_WITH(prepare({"recipe.name=qat", "quant.format=nvfp4"}),
                     Catch::Contains("on other layers"));
   CHECK_THROWS_WITH(prepare({"recipe.name=sft"}), Catch::Contains("recipe sft trains BF16"));
+}
+
+TEST_CASE("A saved model carries its tokenizer even when the folder it came from is gone",
+          "[run][load]") {
+  testing::TempDir dir;
+  SavedQuantized saved;
+  const std::filesystem::path source = dir.path / "source";
+  std::filesystem::copy(saved.folder, source);
+  const std::string tokenizerJson = "{\"fake\": \"tokenizer.json content\"}\n";
+  std::ofstream(source / "tokenizer.json") << tokenizerJson;
+  run::ModelBundle b = run::loadModelBundle(source.string(), torch::kFloat32);
+  // A resumed run's checkpoint is pruned while the run goes on.
+  std::filesystem::remove_all(source);
+  const std::string out = (dir.path / "out").string();
+  run::saveModelBundle(b, out, torch::kFloat32);
+  std::ifstream in(std::filesystem::path(out) / "tokenizer.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str() == tokenizerJson);
 }
