@@ -1,6 +1,14 @@
 // Names of run states and event kinds.
 #include "fp4lab/common/run_state.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 namespace fp4lab {
 
 const char* toString(RunState state) {
@@ -50,6 +58,50 @@ const char* toString(EventKind kind) {
       return "cancelled";
   }
   return "unknown";
+}
+
+namespace {
+
+// Field 22 of /proc/<pid>/stat (after the parenthesised command name, which may hold spaces).
+int64_t startTicksOf(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return -1;
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) return std::strtoll(field.c_str(), nullptr, 10);
+  return -1;
+}
+
+std::string bootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+}  // namespace
+
+ProcessIdentity thisProcess() {
+  ProcessIdentity id;
+  id.pid = int(::getpid());
+  id.startTicks = startTicksOf(id.pid);
+  id.bootId = bootId();
+  return id;
+}
+
+bool isAlive(const ProcessIdentity& id) {
+  if (id.pid <= 0) return false;
+  if (::kill(id.pid, 0) != 0 && errno == ESRCH) return false;
+  if (!id.bootId.empty() && !bootId().empty() && id.bootId != bootId()) return false;
+  if (id.startTicks >= 0) {
+    const int64_t now = startTicksOf(id.pid);
+    if (now >= 0 && now != id.startTicks) return false;
+  }
+  return true;
 }
 
 }  // namespace fp4lab

@@ -49,10 +49,17 @@ RunFolder readRunFolder(const std::string& dir) {
       f.maxSteps = integer("max_steps");
       f.message = text("message");
       f.updatedUtc = text("updated_utc");
-      // A pid that is gone, or that is this very process (pids are reused: in a container every
-      // fp4lab may be pid 1), is not the run's writer any more.
-      if (f.state == RunState::Running && f.pid > 0 &&
-          ((::kill(f.pid, 0) != 0 && errno == ESRCH) || f.pid == int(::getpid())))
+      // A running run whose writer is gone crashed. Pids are reused (in a container every
+      // fp4lab may be pid 1): where status.json records the writer's start time and boot, a
+      // pid now held by another process reads as gone; without them (older runs), a pid that
+      // is this very process cannot be the writer of a run this process is reading.
+      ProcessIdentity writer;
+      writer.pid = f.pid;
+      writer.startTicks = integer("pid_start_ticks") > 0 ? integer("pid_start_ticks") : -1;
+      writer.bootId = text("boot_id");
+      const bool identified = writer.startTicks >= 0;
+      if (f.state == RunState::Running &&
+          (!isAlive(writer) || (!identified && f.pid == int(::getpid()))))
         f.state = RunState::Crashed;
     }
   }

@@ -46,11 +46,11 @@ using Clock = std::chrono::steady_clock;
 
 void writeStatus(const fs::path& runDir, RunState state, int64_t step, int64_t maxSteps,
                  const std::string& message = {}) {
-  nlohmann::json s = {{"state", toString(state)},
-                      {"pid", int(getpid())},
-                      {"step", step},
-                      {"max_steps", maxSteps},
-                      {"updated_utc", utcTimestamp()}};
+  static const ProcessIdentity self = thisProcess();
+  nlohmann::json s = {
+      {"state", toString(state)},     {"pid", self.pid}, {"pid_start_ticks", self.startTicks},
+      {"boot_id", self.bootId},       {"step", step},    {"max_steps", maxSteps},
+      {"updated_utc", utcTimestamp()}};
   if (!message.empty()) s["message"] = message;
   files::writeFileAtomically((runDir / "status.json").string(), s.dump(2) + "\n");
 }

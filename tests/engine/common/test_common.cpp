@@ -80,3 +80,24 @@ TEST_CASE("UTC timestamps have the documented form", "[common][time]") {
                          std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
   CHECK(std::regex_match(utcCompactTimestamp(), std::regex(R"(\d{8}-\d{6})")));
 }
+
+TEST_CASE("A process identity tells a live writer from a reused pid or another boot",
+          "[common][state]") {
+  const ProcessIdentity self = thisProcess();
+  REQUIRE(self.pid > 0);
+  REQUIRE(self.startTicks > 0);
+  REQUIRE_FALSE(self.bootId.empty());
+  CHECK(isAlive(self));
+  ProcessIdentity reused = self;
+  reused.startTicks += 1;  // the same pid, another process
+  CHECK_FALSE(isAlive(reused));
+  ProcessIdentity rebooted = self;
+  rebooted.bootId = "00000000-0000-0000-0000-000000000000";
+  CHECK_FALSE(isAlive(rebooted));
+  ProcessIdentity unknown;  // an older status.json: the pid alone
+  unknown.pid = self.pid;
+  CHECK(isAlive(unknown));
+  ProcessIdentity gone;
+  gone.pid = 999999999;  // beyond any pid_max
+  CHECK_FALSE(isAlive(gone));
+}
