@@ -3,7 +3,6 @@
 #include "cli.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -116,25 +115,14 @@ double Args::number(const std::string& name, double fallback, double min, double
 std::string keyTable(bool experiment) {
   const std::vector<run::ConfigKey>& keys =
       experiment ? run::experimentConfigKeys() : run::runConfigKeys();
-  auto number = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return std::string(buf);
-  };
   std::string out = experiment ? "| key | type | default | meaning |\n| --- | --- | --- | --- |\n"
                                : "| key | type | default | meaning | defines the run |\n"
                                  "| --- | --- | --- | --- | --- |\n";
   for (const auto& k : keys) {
     std::string help, type = k.typeDescription();
     for (char c : k.help) help += c == '|' ? std::string("\\|") : std::string(1, c);
-    if (k.type == run::KeyType::Integer || k.type == run::KeyType::Number) {
-      const bool low = std::isfinite(k.min), high = std::isfinite(k.max) && k.max < 1e18;
-      if (low && high)
-        type += std::string(k.minExclusive ? " in (" : " in [") + number(k.min) + ", " +
-                number(k.max) + (k.maxExclusive ? ")" : "]");
-      else if (low)
-        type += (k.minExclusive ? " > " : " >= ") + number(k.min);
-    }
+    const std::string range = k.rangeDescription();
+    if (!range.empty()) type += ", " + range;
     out += "| `" + k.name + "` | " + type + " | " +
            (k.defaultValue.empty() || k.defaultValue == "\"\"" ? "" : "`" + k.defaultValue + "`") +
            " | " + help + " |" + (experiment ? "" : (k.definesRun ? " yes |" : " no |")) + "\n";

@@ -9,6 +9,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -32,6 +34,12 @@ std::string systemError(const std::string& what, int error) {
 bool exists(const std::string& path) {
   struct stat info;
   return ::lstat(path.c_str(), &info) == 0;
+}
+
+bool samePath(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  char ra[PATH_MAX], rb[PATH_MAX];
+  return ::realpath(a.c_str(), ra) && ::realpath(b.c_str(), rb) && std::strcmp(ra, rb) == 0;
 }
 
 bool isDirectory(const std::string& path) {

@@ -86,18 +86,19 @@ std::string ConfigKey::check(const std::string& value) const {
   const bool low = minExclusive ? !(v > min) : !(v >= min);
   const bool high = maxExclusive ? !(v < max) : !(v <= max);
   if (!low && !high) return "";
-  // (Bounds past 1e18 are the type's own, e.g. a seed's 2^64 - 1: not worth spelling out.)
+  return "must be " + rangeDescription() + ", not " + value;
+}
+
+std::string ConfigKey::rangeDescription() const {
   const bool bounded = std::isfinite(max) && max < 1e18;
-  std::string range;
   if (std::isfinite(min) && bounded)
-    range = (minExclusive ? "in (" : "in [") + number(min) + ", " + number(max) +
-            (maxExclusive ? ")" : "]");
-  else if (std::isfinite(min))
-    range = min == 0 && minExclusive ? std::string("positive")
-                                     : (minExclusive ? "above " : "at least ") + number(min);
-  else
-    range = (maxExclusive ? "below " : "at most ") + number(max);
-  return "must be " + range + ", not " + value;
+    return (minExclusive ? "in (" : "in [") + number(min) + ", " + number(max) +
+           (maxExclusive ? ")" : "]");
+  if (std::isfinite(min))
+    return min == 0 && minExclusive ? std::string("positive")
+                                    : (minExclusive ? "above " : "at least ") + number(min);
+  if (bounded) return (maxExclusive ? "below " : "at most ") + number(max);
+  return "";
 }
 
 std::string closestName(const std::string& name, const std::vector<std::string>& names) {

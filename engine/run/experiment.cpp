@@ -169,38 +169,13 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
   return steps;
 }
 
-// The keys that define a run and differ between what ran and what would run now; model folders
-// (model.path, recipe.teacher, eval.reference) compare as the folders they name, so DIR spelled
-// as "exp", "./exp" or an absolute path is the same experiment.
-std::vector<std::string> changedKeys(const RunConfig& ran, const RunConfig& now) {
-  std::vector<std::string> out;
-  for (const auto& key : differingKeys(ran, now)) {
-    const std::string* a = nullptr;
-    const std::string* b = nullptr;
-    if (key == "model.path") a = &ran.modelPath, b = &now.modelPath;
-    if (key == "recipe.teacher") a = &ran.teacher, b = &now.teacher;
-    if (key == "eval.reference") a = &ran.reference, b = &now.reference;
-    if (a && !a->empty() && !b->empty() && a->find(':') == std::string::npos &&
-        b->find(':') == std::string::npos) {
-      std::error_code e1, e2;
-      const fs::path pa = fs::weakly_canonical(*a, e1), pb = fs::weakly_canonical(*b, e2);
-      if (!e1 && !e2 && pa == pb) continue;
-    }
-    out.push_back(key);
-  }
-  return out;
-}
-
 // "train.max_steps (run.yaml: 15, now: 400)" for each key that differs.
 std::string describeDifferences(const RunConfig& ran, const RunConfig& now,
                                 const std::vector<std::string>& keys) {
-  const auto a = ran.flatten(), b = now.flatten();
   std::string out;
   for (const auto& k : keys)
-    for (size_t i = 0; i < a.size(); ++i)
-      if (a[i].first == k)
-        out +=
-            (out.empty() ? "" : ", ") + k + " (ran " + a[i].second + ", now " + b[i].second + ")";
+    out +=
+        (out.empty() ? "" : ", ") + k + " (ran " + ran.valueOf(k) + ", now " + now.valueOf(k) + ")";
   return out;
 }
 
@@ -220,7 +195,7 @@ void plan(std::vector<Step>& steps, const ExperimentOptions& options, bool refus
       std::vector<std::string> keys;
       try {
         const RunConfig ran = RunConfig::fromYamlFile((dir / "run.yaml").string());
-        keys = changedKeys(ran, s.config);
+        keys = differingKeys(ran, s.config);
         p.detail = describeDifferences(ran, s.config, keys);
       } catch (const Error& e) {
         keys = {"run.yaml"};
@@ -240,7 +215,7 @@ void plan(std::vector<Step>& steps, const ExperimentOptions& options, bool refus
       if (state != "running") {
         try {
           const RunConfig ran = RunConfig::fromYamlFile((dir / "run.yaml").string());
-          const auto keys = changedKeys(ran, s.config);
+          const auto keys = differingKeys(ran, s.config);
           const std::string checkpoint = latestCheckpointIn((dir / "checkpoints").string());
           resumable = keys.empty() && !checkpoint.empty() && !(sftRuns && s.run.name != "sft");
           const bool stale = sftRuns && s.run.name != "sft";
@@ -346,7 +321,6 @@ ExperimentResult runExperiment(const ExperimentConfig& config, const ExperimentO
     // What the run itself ran: its run.yaml.
     const RunConfig ran = RunConfig::fromYamlFile((fs::path(r.runDir) / "run.yaml").string());
     r.maxSteps = ran.maxSteps;
-    r.lr = ran.lr;
     readBack(r);
     result.runs.push_back(r);
   }

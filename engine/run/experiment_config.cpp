@@ -12,21 +12,10 @@ namespace {
 
 using Binding = keys::Binding<ExperimentConfig>;
 
-ConfigKey key(const char* name, KeyType type, double min, double max, const char* help) {
-  ConfigKey k;
-  k.name = name, k.type = type, k.min = min, k.max = max, k.help = help;
-  return k;
-}
-ConfigKey text(const char* name, const char* help) {
-  return key(name, KeyType::String, 0, 0, help);
-}
-ConfigKey integer(const char* name, double min, double max, const char* help) {
-  return key(name, KeyType::Integer, min, max, help);
-}
+using keys::integer;
+using keys::text;
 ConfigKey rate(const char* name, const char* help) {
-  ConfigKey k = key(name, KeyType::Number, 0, 10, help);
-  k.minExclusive = true;
-  return k;
+  return keys::real(name, 0, 10, help, true);
 }
 
 constexpr double kMaxSeed = 18446744073709551615.0;
@@ -61,14 +50,10 @@ const std::vector<Binding>& table() {
            integer("task_items", 1, 1e6, "held-out items per task, graded by generation")),
       bind(&C::formats, text("formats", "mxfp4, nvfp4 or both (comma-separated)")),
       bind(&C::activations,
-           key("activations", KeyType::Boolean, 0, 0,
-               "true: W4A4 (weights and input activations); false: W4A16 (--w4a16)")),
-      [] {
-        Binding b = bind(&C::baseQatFormat, key("base_qat_format", KeyType::Choice, 0, 0,
-                                                "the format of the QAT-from-base run"));
-        b.key.choices = {"mxfp4", "nvfp4"};
-        return b;
-      }(),
+           keys::boolean("activations",
+                         "true: W4A4 (weights and input activations); false: W4A16 (--w4a16)")),
+      bind(&C::baseQatFormat, keys::choice("base_qat_format", {"mxfp4", "nvfp4"},
+                                           "the format of the QAT-from-base run")),
       bind(&C::baseQatSteps,
            integer("base_qat_steps", -1, 1e9,
                    "steps of the QAT-from-base run (-1: sft_steps + qat_steps, the same budget)")),

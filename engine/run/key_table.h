@@ -19,6 +19,35 @@
 
 namespace fp4lab::run::keys {
 
+// Key descriptions, for the tables.
+inline ConfigKey text(const char* name, const char* help) {
+  ConfigKey k;
+  k.name = name, k.type = KeyType::String, k.help = help;
+  return k;
+}
+inline ConfigKey choice(const char* name, std::vector<std::string> choices, const char* help) {
+  ConfigKey k = text(name, help);
+  k.type = KeyType::Choice, k.choices = std::move(choices);
+  return k;
+}
+inline ConfigKey boolean(const char* name, const char* help) {
+  ConfigKey k = text(name, help);
+  k.type = KeyType::Boolean;
+  return k;
+}
+inline ConfigKey integer(const char* name, double min, double max, const char* help) {
+  ConfigKey k = text(name, help);
+  k.type = KeyType::Integer, k.min = min, k.max = max;
+  return k;
+}
+inline ConfigKey real(const char* name, double min, double max, const char* help,
+                      bool minExclusive = false, bool maxExclusive = false) {
+  ConfigKey k = text(name, help);
+  k.type = KeyType::Number, k.min = min, k.max = max;
+  k.minExclusive = minExclusive, k.maxExclusive = maxExclusive;
+  return k;
+}
+
 template <class C>
 struct Binding {
   ConfigKey key;

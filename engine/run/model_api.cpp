@@ -54,8 +54,9 @@ EvalResult Model::evaluate(const std::vector<data::Example>& rows,
   EvalResult result;
   result.rows = rows.size();
   double total = 0;
+  const std::vector<data::TokenizedExample> tokenized = tokenizeExamples(rows, b);
   for (size_t i = 0; i < rows.size(); ++i) {
-    const data::TokenizedExample t = tokenizeExamples({rows[i]}, b).front();
+    const data::TokenizedExample& t = tokenized[i];
     if (t.ids.size() < 2) continue;
     const int64_t n = int64_t(t.ids.size()) - 1;
     if (n > context)

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
 #include "run/key_table.h"
 
@@ -19,31 +20,15 @@ namespace {
 using Binding = keys::Binding<RunConfig>;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-ConfigKey text(const char* name, const char* help) {
-  ConfigKey k;
-  k.name = name, k.type = KeyType::String, k.help = help;
-  return k;
-}
-ConfigKey choice(const char* name, std::vector<std::string> choices, const char* help) {
-  ConfigKey k = text(name, help);
-  k.type = KeyType::Choice, k.choices = std::move(choices);
-  return k;
-}
-ConfigKey boolean(const char* name, const char* help) {
-  ConfigKey k = text(name, help);
-  k.type = KeyType::Boolean;
-  return k;
-}
-ConfigKey integer(const char* name, double min, double max, const char* help) {
-  ConfigKey k = text(name, help);
-  k.type = KeyType::Integer, k.min = min, k.max = max;
-  return k;
-}
-ConfigKey real(const char* name, double min, double max, const char* help,
-               bool minExclusive = false, bool maxExclusive = false) {
-  ConfigKey k = text(name, help);
-  k.type = KeyType::Number, k.min = min, k.max = max;
-  k.minExclusive = minExclusive, k.maxExclusive = maxExclusive;
+using keys::boolean;
+using keys::choice;
+using keys::integer;
+using keys::real;
+using keys::text;
+
+// A file or folder ("exp/sft/model" and "./exp/sft/model" are the same value).
+ConfigKey path(ConfigKey k) {
+  k.isPath = true;
   return k;
 }
 // Keys that may change on resume and do not change what the run computes.
@@ -68,10 +53,11 @@ const std::vector<Binding>& table() {
                    "seeds the training order (and calibration batches), random initialisation and "
                    "sampling: what a repeated run varies (--seed sets it too)")),
       bind(&C::modelPath,
-           text("model.path",
-                "a Hugging Face folder (config.json, model.safetensors or shards, tokenizer.json), "
-                "a run's model/ or checkpoint (loaded with its quantizers), builtin:tiny (the "
-                "shipped base model), or scratch:tiny (same shape, random weights)")),
+           path(text(
+               "model.path",
+               "a Hugging Face folder (config.json, model.safetensors or shards, tokenizer.json), "
+               "a run's model/ or checkpoint (loaded with its quantizers), builtin:tiny (the "
+               "shipped base model), or scratch:tiny (same shape, random weights)"))),
       bind(
           &C::bf16Weights,
           boolean("model.bf16_weights",
@@ -79,14 +65,15 @@ const std::vector<Binding>& table() {
                   "ignoring a saved quant_state.json (default: as saved, fake-quantized)")),
       bind(&C::computeDtype, choice("model.compute_dtype", {"bf16", "fp32"},
                                     "bf16: autocast to bfloat16 with fp32 master weights; fp32")),
-      bind(
-          &C::trainData,
-          text("data.train",
+      bind(&C::trainData,
+           path(text(
+               "data.train",
                "a JSONL file or builtin:pretrain, builtin:sft, builtin:tasks-val, or random:tokens "
-               "(uniformly random token ids, every position scored; needs data.validation)")),
-      bind(&C::validationData, text("data.validation",
-                                    "a JSONL file; without one, data.validation_fraction of the "
-                                    "training rows are held out")),
+               "(uniformly random token ids, every position scored; needs data.validation)"))),
+      bind(&C::validationData,
+           path(text("data.validation",
+                     "a JSONL file; without one, data.validation_fraction of the "
+                     "training rows are held out"))),
       bind(&C::validationFraction, real("data.validation_fraction", 0, 1,
                                         "the fraction of the training rows held out for validation "
                                         "when data.validation is empty",
@@ -108,8 +95,8 @@ const std::vector<Binding>& table() {
       bind(&C::recipe, choice("recipe.name", {"sft", "ptq", "qat", "qad"},
                               "sft, ptq, qat or qad (docs/user-guide.md, Quantization recipes)")),
       bind(&C::teacher,
-           text("recipe.teacher",
-                "qad: the frozen teacher, normally the BF16 SFT model (empty: model.path)")),
+           path(text("recipe.teacher",
+                     "qad: the frozen teacher, normally the BF16 SFT model (empty: model.path)"))),
       bind(&C::temperature,
            real("recipe.temperature", 0, 1e3,
                 "qad: KL(p_teacher || p_student) at this temperature (the loss is scaled by T^2)",
@@ -171,9 +158,10 @@ const std::vector<Binding>& table() {
       bind(&C::threads, operational(integer("train.threads", 0, 4096,
                                             "CPU threads (0: every core the process may run on, as "
                                             "taskset or a cpuset allows)"))),
-      bind(&C::reference, text("eval.reference",
-                               "a model folder: every evaluation logs val_kl, the KL from it to "
-                               "the trained model (default: none; the teacher for qad)")),
+      bind(&C::reference,
+           path(text("eval.reference",
+                     "a model folder: every evaluation logs val_kl, the KL from it to "
+                     "the trained model (default: none; the teacher for qad)"))),
       bind(&C::tasks, text("eval.tasks",
                            "comma-separated built-in tasks (reasoning_language, false_refusal) "
                            "graded by generation")),
@@ -250,12 +238,22 @@ std::vector<std::pair<std::string, std::string>> RunConfig::flatten() const {
   return out;
 }
 
+std::string RunConfig::valueOf(const std::string& key) const {
+  for (const auto& [k, v] : flatten())
+    if (k == key) return v;
+  return "";
+}
+
 std::vector<std::string> differingKeys(const RunConfig& a, const RunConfig& b, bool all) {
   const auto fa = a.flatten(), fb = b.flatten();
   std::vector<std::string> out;
-  for (size_t i = 0; i < fa.size(); ++i)
-    if (fa[i].second != fb[i].second && (all || table()[i].key.definesRun))
-      out.push_back(fa[i].first);
+  for (size_t i = 0; i < fa.size(); ++i) {
+    const ConfigKey& key = table()[i].key;
+    if (fa[i].second == fb[i].second || !(all || key.definesRun)) continue;
+    if (key.isPath && files::samePath(table()[i].get(a).Scalar(), table()[i].get(b).Scalar()))
+      continue;
+    out.push_back(fa[i].first);
+  }
   return out;
 }
 

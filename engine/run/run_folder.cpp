@@ -96,13 +96,8 @@ RunConfig resumeConfig(const std::string& runDir, const std::vector<std::string>
   auto refuseChanges = [&](const RunConfig& candidate, const std::string& source, bool onlySet) {
     for (const auto& key : differingKeys(ran, candidate)) {
       if (onlySet && !candidate.origins.count(key)) continue;
-      std::string was, now;
-      for (const auto& [k, v] : ran.flatten())
-        if (k == key) was = v;
-      for (const auto& [k, v] : candidate.flatten())
-        if (k == key) now = v;
-      throw Error("'" + key + "' cannot change when a run resumes: the run has " + was + ", " +
-                      source + " says " + now,
+      throw Error("'" + key + "' cannot change when a run resumes: the run has " +
+                      ran.valueOf(key) + ", " + source + " says " + candidate.valueOf(key),
                   candidate.originOf(key),
                   "resume without changing it, or start a new run in another --output-dir");
     }

@@ -282,7 +282,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   auto loadFrozen = [&](const std::string& path) {
     auto it = frozen.find(path);
     if (it != frozen.end()) return it->second;
-    const bool bf16Weights = config.bf16Weights || path == config.modelPath;
+    const bool bf16Weights = config.bf16Weights || files::samePath(path, config.modelPath);
     const bool quantized = !bf16Weights && fs::exists(fs::path(path) / quant::kQuantStateFile);
     ModelBundle b = loadModelBundle(path, quantized ? torch::kFloat32 : torch::kBFloat16,
                                     config.seed, bf16Weights);

@@ -2,7 +2,10 @@
 // name, and the resolved YAML reads back to the same configuration.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <string>
+
+#include "../temp_dir.h"
 
 #include "fp4lab/error.h"
 #include "fp4lab/run/config_keys.h"
@@ -105,4 +108,12 @@ TEST_CASE("differingKeys compares what defines a run", "[run][config]") {
   CHECK(fp4lab::run::differingKeys(a, b, true) ==
         std::vector<std::string>{"train.max_steps", "train.threads"});
   CHECK(fp4lab::run::differingKeys(a, a).empty());
+  // A folder spelled two ways is one value; two folders are two.
+  fp4lab::testing::TempDir dir;
+  std::filesystem::create_directories(dir.path / "m");
+  RunConfig p = RunConfig::fromYamlText("", {"model.path=" + (dir.path / "m").string()});
+  RunConfig q = RunConfig::fromYamlText("", {"model.path=" + (dir.path / "." / "m/").string()});
+  RunConfig r = RunConfig::fromYamlText("", {"model.path=" + (dir.path / "other").string()});
+  CHECK(fp4lab::run::differingKeys(p, q).empty());
+  CHECK(fp4lab::run::differingKeys(p, r) == std::vector<std::string>{"model.path"});
 }

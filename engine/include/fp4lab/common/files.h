@@ -19,6 +19,9 @@ bool isRegularFile(const std::string& path);
 std::string join(const std::string& folder, const std::string& name);
 std::string parentOf(const std::string& path);
 std::string baseName(const std::string& path);
+// Whether two paths name the same file or folder ("exp", "./exp/", "/abs/exp"): equal text, or
+// both exist and resolve (realpath) to the same place.
+bool samePath(const std::string& a, const std::string& b);
 // Drops trailing slashes ("out/" -> "out"), keeping "/" itself.
 std::string withoutTrailingSlash(const std::string& path);
 

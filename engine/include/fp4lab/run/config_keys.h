@@ -25,9 +25,15 @@ struct ConfigKey {
   // what a run computes (threads, how often it checkpoints); the experiment ignores them when it
   // decides whether a finished run can be reused.
   bool definesRun = true;
+  // A file or folder: two values naming the same one (files::samePath) are the same value.
+  bool isPath = false;
 
   // "an integer", "a number", "true or false", "one of sft, ptq, qat, qad", "a string".
   std::string typeDescription() const;
+  // The bounds of an integer or number, as the messages and tables write them: "in [1, 65536]",
+  // "positive", "at least 0"; "" when unbounded (bounds past 1e18 are the type's own, e.g. a
+  // seed's 2^64 - 1, and not spelled out).
+  std::string rangeDescription() const;
   // "" when `value` (YAML scalar text) is acceptable, else what is wrong with it ("must be an
   // integer, not 'ten'", "must be at least 1, not 0").
   std::string check(const std::string& value) const;

@@ -71,10 +71,9 @@ struct ExperimentRun {
   double valLoss = NAN, valKl = NAN, gapRecovered = NAN, seconds = NAN;
   int64_t steps = 0, tokens = 0;
   bool reused = false;  // finished in an earlier invocation and read back
-  // From the run's own run.yaml (what it ran, which may differ from the experiment's keys when
-  // reused with ExperimentOptions::changedRuns = Reuse).
+  // train.max_steps from the run's own run.yaml (what it ran, which may differ from the
+  // experiment's keys when reused with ExperimentOptions::changedRuns = Reuse).
   int64_t maxSteps = 0;
-  double lr = NAN;
   // Keys whose values in the run's run.yaml differ from what the experiment would run now
   // (only for runs reused despite them).
   std::vector<std::string> differingKeys;

@@ -89,6 +89,8 @@ struct RunConfig {
   // Checks across keys (each key's own type and bounds are checked as it is read); throws
   // fp4lab::Error naming the key and where it was set.
   void validate() const;
+  // The value of `key` as flatten() writes it ("" for an unknown key).
+  std::string valueOf(const std::string& key) const;
   // Where `key` was set, or "run config (default value)".
   std::string originOf(const std::string& key) const;
   // recipe.teacher, or model.path when it is empty (a QAD student distils from where it started).
@@ -96,7 +98,7 @@ struct RunConfig {
 };
 
 // The keys whose values differ between two configurations (ConfigKey::definesRun keys only
-// unless `all`), in table order.
+// unless `all`), in table order; paths naming the same file or folder do not differ.
 std::vector<std::string> differingKeys(const RunConfig& a, const RunConfig& b, bool all = false);
 
 // A comma-separated value (quant.include, eval.tasks, ...) as its items, blanks trimmed, empty
