@@ -150,6 +150,10 @@ std::string builtinModelPath() {
   // Shipped with fp4lab (resources/models/), else built once into the cache.
   std::vector<fs::path> roots;
   if (const char* env = std::getenv("FP4LAB_RESOURCES"); env && *env) roots.emplace_back(env);
+  // Relocatable installs (the .deb under /usr, a tarball anywhere): <bin>/../share/fp4lab.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) roots.push_back(exe.parent_path().parent_path() / "share" / "fp4lab");
   roots.emplace_back(FP4LAB_INSTALL_RESOURCE_DIR);
   roots.emplace_back(FP4LAB_SOURCE_RESOURCE_DIR);
   for (const auto& root : roots)

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fp4lab/common/files.h"
+#include "fp4lab/common/time.h"
 #include "fp4lab/error.h"
 #include "fp4lab/run/config_keys.h"
 
@@ -28,6 +29,17 @@ std::string latestCheckpointIn(const std::string& checkpointsDir) {
     if (step > best) best = step, bestPath = path;
   }
   return bestPath;
+}
+
+void writeRunStatus(const std::string& dir, RunState state, int64_t step, int64_t maxSteps,
+                    const std::string& message) {
+  static const ProcessIdentity self = thisProcess();
+  nlohmann::json s = {
+      {"state", toString(state)},     {"pid", self.pid}, {"pid_start_ticks", self.startTicks},
+      {"boot_id", self.bootId},       {"step", step},    {"max_steps", maxSteps},
+      {"updated_utc", utcTimestamp()}};
+  if (!message.empty()) s["message"] = message;
+  files::writeFileAtomically(files::join(dir, "status.json"), s.dump(2) + "\n");
 }
 
 RunFolder readRunFolder(const std::string& dir) {

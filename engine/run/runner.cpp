@@ -44,17 +44,6 @@ int usableCores() {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-void writeStatus(const fs::path& runDir, RunState state, int64_t step, int64_t maxSteps,
-                 const std::string& message = {}) {
-  static const ProcessIdentity self = thisProcess();
-  nlohmann::json s = {
-      {"state", toString(state)},     {"pid", self.pid}, {"pid_start_ticks", self.startTicks},
-      {"boot_id", self.bootId},       {"step", step},    {"max_steps", maxSteps},
-      {"updated_utc", utcTimestamp()}};
-  if (!message.empty()) s["message"] = message;
-  files::writeFileAtomically((runDir / "status.json").string(), s.dump(2) + "\n");
-}
-
 // Reports of the training loop, fanned out to the log, the events and status.json.
 // What an evaluation adds beyond the loop's validation loss: task pass rates by generation and
 // the quantized layers' error statistics.
@@ -92,7 +81,7 @@ class RunListener : public train::TrainerListener {
     emit(e);
     auto now = Clock::now();
     if (now - m_lastStatus > std::chrono::seconds(1)) {
-      writeStatus(m_runDir, RunState::Running, r.step, m_maxSteps);
+      writeRunStatus(m_runDir.string(), RunState::Running, r.step, m_maxSteps);
       m_lastStatus = now;
     }
     m_step = r.step;
@@ -334,7 +323,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
 
   files::createDirectories(runDir.string());
   if (!resuming) files::writeFileAtomically((runDir / "run.yaml").string(), config.toYaml());
-  writeStatus(runDir, RunState::Running, 0, maxSteps);
+  writeRunStatus(runDir.string(), RunState::Running, 0, maxSteps);
   const std::string logPath = (runDir / "log.h5").string();
   log::RunLogSchema schema;
   schema.evalColumns = {"val_loss", "val_ppl"};
@@ -387,7 +376,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   try {
     outcome = trainer.run();
   } catch (const std::exception& e) {
-    writeStatus(runDir, RunState::Failed, trainer.state().step, maxSteps, e.what());
+    writeRunStatus(runDir.string(), RunState::Failed, trainer.state().step, maxSteps, e.what());
     logWriter.event("end", std::string("failed: ") + e.what());
     logWriter.close();
     throw;
@@ -407,7 +396,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   logWriter.event("end", std::string(toString(result.state)) +
                              (result.message.empty() ? "" : ": " + result.message));
   logWriter.close();
-  writeStatus(runDir, result.state, result.steps, maxSteps, result.message);
+  writeRunStatus(runDir.string(), result.state, result.steps, maxSteps, result.message);
   RunEvent end;
   end.kind = result.state == RunState::Finished
                  ? EventKind::Finished

@@ -29,6 +29,12 @@ struct RunFolder {
 RunFolder readRunFolder(const std::string& dir);
 RunState readRunState(const std::string& dir);
 
+// Writes dir/status.json atomically: the state, this process's identity (pid, start time, boot)
+// and the step. The runner writes it as it trains; the GUI writes "queued" for a run it has
+// prepared but not started, and "cancelled" for one taken off the queue. Throws fp4lab::Error.
+void writeRunStatus(const std::string& dir, RunState state, int64_t step, int64_t maxSteps,
+                    const std::string& message = {});
+
 // The newest complete checkpoint folder (one with trainer_state.json) under `checkpointsDir`,
 // "" if none.
 std::string latestCheckpointIn(const std::string& checkpointsDir);
