@@ -16,6 +16,7 @@ DEBIAN_PACKAGES=(
   libhdf5-dev catch2 nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libbenchmark-dev
   libgoogle-perftools-dev  # tcmalloc, the allocator fp4lab trains with (CMakeLists.txt)
   xvfb xauth clang-format
+  desktop-file-utils appstream  # validate the .deb's desktop entry and metainfo (tests/packaging)
 )
 
 log() { printf '[install-deps] %s\n' "$*" >&2; }
