@@ -46,6 +46,9 @@ int runEval(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);
 int runBaseModel(const std::vector<std::string>& args);
 int runExperiment(const std::vector<std::string>& args);
+#ifdef FP4LAB_WITH_WIDGETS
+int runGui(const std::vector<std::string>& args);  // the workbench window
+#endif
 
 // The keys of a configuration as a markdown table (key, type, default, meaning): what
 // --list-keys prints and docs/user-guide.md shows.

@@ -9,10 +9,16 @@
 
 #include "cli.h"
 #include "fp4lab/error.h"
+#ifdef FP4LAB_WITH_WIDGETS
+#include "fp4lab/widgets/workbench.h"
+#endif
 
 namespace {
 
 const fp4lab::cli::Command kCommands[] = {
+#ifdef FP4LAB_WITH_WIDGETS
+    {"gui", "the workbench window: launch runs, plot them live, compare them", fp4lab::cli::runGui},
+#endif
     {"experiment",
      "the built-in SFT -> PTQ / QAT / QAD experiment in MXFP4 and NVFP4, with a report",
      fp4lab::cli::runExperiment},
@@ -41,6 +47,17 @@ void printHelp(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef FP4LAB_WITH_WIDGETS
+  // No command and a display: the window, as a desktop launcher starts it.
+  if (argc < 2 && fp4lab::widgets::displayAvailable()) {
+    try {
+      return fp4lab::cli::runGui({});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fp4lab: error: %s\n", e.what());
+      return 2;
+    }
+  }
+#endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     if (argc < 2) std::fprintf(stderr, "fp4lab: error: no command given\n\n");

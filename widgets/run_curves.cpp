@@ -15,7 +15,24 @@ void addIfFinite(Points& points, double x, double y) {
 
 }  // namespace
 
-Points RunCurves::series(const std::string& name) const {
+namespace {
+
+template <typename Row>
+double xOf(const Row& row, XAxis x) {
+  switch (x) {
+    case XAxis::Tokens:
+      return double(row.tokens);
+    case XAxis::WallSeconds:
+      return row.wallSeconds;
+    case XAxis::Step:
+      break;
+  }
+  return double(row.step);
+}
+
+}  // namespace
+
+Points RunCurves::series(const std::string& name, XAxis x) const {
   Points points;
   const std::string trainPrefix = "train/", evalPrefix = "eval/";
   if (name.compare(0, trainPrefix.size(), trainPrefix) == 0) {
@@ -27,14 +44,14 @@ Points RunCurves::series(const std::string& name) const {
     if (field == "tok_per_s") member = &log::TrainRow::tokensPerSecond;
     if (!member) return points;
     points.reserve(train.size());
-    for (const auto& row : train) addIfFinite(points, double(row.step), double(row.*member));
+    for (const auto& row : train) addIfFinite(points, xOf(row, x), double(row.*member));
   } else if (name.compare(0, evalPrefix.size(), evalPrefix) == 0) {
     const std::string column = name.substr(evalPrefix.size());
     for (size_t c = 0; c < evalColumns.size(); ++c) {
       if (evalColumns[c] != column) continue;
       points.reserve(eval.size());
       for (const auto& row : eval)
-        if (c < row.values.size()) addIfFinite(points, double(row.step), row.values[c]);
+        if (c < row.values.size()) addIfFinite(points, xOf(row, x), row.values[c]);
     }
   }
   return points;
@@ -73,10 +90,13 @@ bool RunLogFollower::poll() {
     m_curves = std::move(fresh);
     readHeader();
   }
-  const size_t before = m_curves.train.size() + m_curves.eval.size() + m_curves.quantSteps.size();
+  const auto rows = [&] {
+    return m_curves.train.size() + m_curves.eval.size() + m_curves.quantSteps.size() +
+           m_curves.events.size();
+  };
+  const size_t before = rows();
   readNewRows();
-  return shrank ||
-         m_curves.train.size() + m_curves.eval.size() + m_curves.quantSteps.size() != before;
+  return shrank || rows() != before;
 }
 
 void RunLogFollower::readHeader() {
@@ -84,6 +104,7 @@ void RunLogFollower::readHeader() {
   const log::RunLogSchema schema = m_reader.schema();
   m_curves.recipe = attributes.recipe;
   m_curves.format = attributes.format;
+  m_curves.createdUtc = attributes.createdUtc;
   m_curves.evalColumns = schema.evalColumns;
   m_curves.quantLayers = schema.quantLayers;
   m_curves.quantMetrics = schema.quantMetrics;
@@ -102,6 +123,7 @@ void RunLogFollower::readNewRows() {
       appendAll(m_curves.quant[metric], m_reader.readQuant(metric, quantFrom, quantTo));
     appendAll(m_curves.quantSteps, m_reader.quantSteps(quantFrom, quantTo));
   }
+  if (m_reader.eventRows() != int64_t(m_curves.events.size())) m_curves.events = m_reader.events();
 }
 
 RunCurves readRunCurves(const std::string& runName, const std::string& logPath) {

@@ -17,23 +17,29 @@ namespace fp4lab::widgets {
 // (x, y) points of one curve, in log order.
 using Points = std::vector<std::pair<double, double>>;
 
+// What a curve is plotted against: the optimizer step, the tokens seen, or the wall time of the
+// row (seconds since the run started).
+enum class XAxis { Step, Tokens, WallSeconds };
+
 struct RunCurves {
   std::string name;  // shown in legends; keys the run's colour
   // The run this one repeats at another seed ("qat-mxfp4" for "qat-mxfp4-seed1235"); its colour is
   // used. Empty: the run is not a repeat.
   std::string group;
   std::string recipe, format;  // the log's root attributes (sft/ptq/qat/qad; bf16, "MXFP4 ...")
+  std::string createdUtc;      // when the log was created (its root attribute)
   std::vector<log::TrainRow> train;
   std::vector<std::string> evalColumns;  // val_loss, val_ppl, val_kl, pass_rate_<task>, ...
   std::vector<log::EvalRow> eval;
   std::vector<std::string> quantLayers, quantMetrics;
   std::vector<int64_t> quantSteps;
   std::map<std::string, std::vector<float>> quant;  // metric -> row-major [rows, layers]
+  std::vector<std::string> events;                  // /events: start, resume, checkpoint, ...
 
   // The curve of a series as RunLogReader::listSeries names it ("train/loss", "train/lr",
   // "train/grad_norm", "train/tok_per_s", "eval/<column>") against the optimizer step. Rows where
   // the value is NaN or infinite ("not measured") are left out. Unknown names give no points.
-  Points series(const std::string& name) const;
+  Points series(const std::string& name, XAxis x = XAxis::Step) const;
   // The largest training step logged (0 for a run without training rows, e.g. PTQ).
   int64_t lastTrainStep() const;
   // True for a repeat of another run at another seed (group set and not the name).

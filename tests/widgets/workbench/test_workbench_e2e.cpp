@@ -1,0 +1,176 @@
+// The workbench window end to end, with real child processes of the fp4lab executable: a run
+// launched from the window is queued, runs, its validation-loss curve grows, SIGTERM stops it
+// with a checkpoint (cancelled), resume finishes it; a run killed with SIGKILL shows as crashed.
+// And the window's layout: saved, restored, and a saved state of another version refused.
+// Hidden tags ([.e2e], [.layout]) are run by their own CTest entries.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <QDockWidget>
+#include <QHeaderView>
+#include <QSettings>
+#include <QTableView>
+
+#include <cstdlib>
+
+#include "fp4lab/widgets/charts_page.h"
+#include "fp4lab/widgets/curve_panel.h"
+#include "fp4lab/widgets/main_window.h"
+#include "fp4lab/widgets/run_details.h"
+#include "fp4lab/widgets/run_table_model.h"
+#include "workbench_fixtures.h"
+
+using namespace fp4lab;
+using namespace fp4lab::widgets;
+using fp4lab::testing::TempDir;
+using fp4lab::testing::waitFor;
+
+namespace {
+
+const RunSnapshot* findRun(MainWindow& w, const QString& dir) {
+  const int row = w.runsModel()->rowOf(dir.toStdString());
+  return row < 0 ? nullptr : w.runsModel()->run(row);
+}
+
+RunState stateOf(MainWindow& w, const QString& dir) {
+  const RunSnapshot* r = findRun(w, dir);
+  return r ? r->state() : RunState::Unknown;
+}
+
+size_t evalRows(MainWindow& w, const QString& dir) {
+  const RunSnapshot* r = findRun(w, dir);
+  return r && r->curves ? r->curves->eval.size() : 0;
+}
+
+run::RunConfig tinyRun(const std::string& name, int steps) {
+  return run::RunConfig::fromYamlText(
+      "",
+      {"run.name=" + name, "model.path=builtin:tiny", "data.train=builtin:sft", "data.seq_len=64",
+       "train.batch_size=4", "train.eval_every=10", "train.eval_batches=1", "data.validation_max=8",
+       "train.threads=1", "train.checkpoint_every=10", "train.max_steps=" + std::to_string(steps)});
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a run launched from the window: queued, running, live, stopped, resumed, finished; "
+    "a killed one crashes",
+    "[.e2e]") {
+  const char* bin = std::getenv("FP4LAB_BIN");
+  REQUIRE(bin);  // CTest sets it to the fp4lab executable
+  TempDir tmp;
+  const QString root = QString::fromStdString(tmp.file("runs"));
+  WorkbenchOptions options;
+  options.roots = {root};
+  options.program = QString::fromUtf8(bin);
+  options.pollMs = 200;
+  MainWindow w(options);
+  w.resize(1400, 900);
+  w.show();
+  const QString first = w.launch(tinyRun("first", 400));
+  const QString second = w.launch(tinyRun("second", 400));
+  REQUIRE_FALSE(first.isEmpty());
+  REQUIRE_FALSE(second.isEmpty());
+  INFO(w.messageText().toStdString());
+  // One CPU slot: the second waits, and the table says so.
+  REQUIRE(waitFor([&] { return stateOf(w, second) == RunState::Queued; }, 10000));
+  REQUIRE(waitFor([&] { return stateOf(w, first) == RunState::Running; }, 60000));
+  CHECK(stateOf(w, second) == RunState::Queued);
+  // Its validation loss grows live, and reaches the chart.
+  REQUIRE(waitFor([&] { return evalRows(w, first) >= 2; }, 120000));
+  const size_t seen = evalRows(w, first);
+  REQUIRE(waitFor([&] { return evalRows(w, first) > seen; }, 120000));
+  CurvePanel* val = w.charts()->panel("eval/val_loss");
+  REQUIRE(val);
+  REQUIRE(waitFor([&] { return val->redrawNow() > 0; }, 5000));
+  CHECK(val->hasData());
+
+  // Stop: SIGTERM, a checkpoint, cancelled.
+  REQUIRE(w.stopRun(first.toStdString()));
+  REQUIRE(waitFor([&] { return stateOf(w, first) == RunState::Cancelled; }, 120000));
+  const RunSnapshot* stopped = findRun(w, first);
+  REQUIRE(stopped);
+  CHECK_FALSE(stopped->folder.latestCheckpoint.empty());
+  const int64_t stoppedAt = stopped->summary.step;
+  CHECK(stoppedAt < 400);
+
+  // The second starts now; killed from outside with SIGKILL, it shows as crashed.
+  REQUIRE(waitFor([&] { return stateOf(w, second) == RunState::Running; }, 60000));
+  const RunSnapshot* victim = findRun(w, second);
+  REQUIRE(victim->folder.pid > 0);
+  REQUIRE(::kill(victim->folder.pid, SIGKILL) == 0);
+  REQUIRE(waitFor([&] { return stateOf(w, second) == RunState::Crashed; }, 30000));
+  CHECK(w.queue()->state(second) == JobState::Crashed);
+  CHECK(w.messageText().contains(QLatin1String("crashed")));
+
+  // Resume the stopped one from its checkpoint; it finishes with every step.
+  w.selectRun(first.toStdString());
+  REQUIRE(w.resumeRun(first.toStdString()));
+  REQUIRE(waitFor([&] { return stateOf(w, first) == RunState::Finished; }, 300000));
+  const RunSnapshot* done = findRun(w, first);
+  REQUIRE(done->curves);
+  CHECK(done->curves->lastTrainStep() == 400);
+  // Steps are not duplicated across the resume.
+  for (size_t i = 1; i < done->curves->train.size(); ++i)
+    CHECK(done->curves->train[i].step > done->curves->train[i - 1].step);
+  CHECK(w.details()->stateText().contains(QLatin1String("finished")));
+  // A running run is never deleted; a finished one is, after confirmation only.
+  CHECK_FALSE(w.deleteRun(first.toStdString(), false));
+  CHECK(files::isDirectory(first.toStdString()));
+  w.close();
+}
+
+TEST_CASE("layout: saved and restored; another version's state is not half-restored", "[.layout]") {
+  TempDir tmp;
+  QSettings().clear();
+  WorkbenchOptions options;
+  options.roots = {QString::fromStdString(tmp.file("runs"))};
+  options.program = QStringLiteral("/bin/false");
+  QByteArray defaultState;
+  {
+    MainWindow w(options);
+    w.resize(1200, 800);
+    w.show();
+    REQUIRE(QTest::qWaitForWindowExposed(&w));
+    defaultState = w.saveState(MainWindow::kLayoutVersion);
+    auto* details = w.findChild<QDockWidget*>(QStringLiteral("detailsDock"));
+    REQUIRE(details);
+    details->hide();
+    auto* table = w.findChild<QTableView*>(QStringLiteral("runs table"));
+    table->setColumnHidden(RunTableModel::Kl, true);
+    CurveSettings s = w.charts()->settings();
+    s.x = XAxis::Tokens;
+    s.smoothing = 0.3;
+    w.charts()->setSettings(s);
+    w.close();
+  }
+  {
+    MainWindow w(options);
+    w.show();
+    REQUIRE(QTest::qWaitForWindowExposed(&w));
+    CHECK_FALSE(w.findChild<QDockWidget*>(QStringLiteral("detailsDock"))->isVisible());
+    CHECK(
+        w.findChild<QTableView*>(QStringLiteral("runs table"))->isColumnHidden(RunTableModel::Kl));
+    CHECK(w.charts()->settings().x == XAxis::Tokens);
+    CHECK(w.charts()->settings().smoothing == Approx(0.3));
+    CHECK(w.roots() == options.roots);
+    w.resetLayout();
+    CHECK(w.findChild<QDockWidget*>(QStringLiteral("detailsDock"))->isVisible());
+    CHECK_FALSE(
+        w.findChild<QTableView*>(QStringLiteral("runs table"))->isColumnHidden(RunTableModel::Kl));
+    CHECK(w.charts()->settings().x == XAxis::Step);
+    // Hide it again and save a state under another layout version.
+    w.findChild<QDockWidget*>(QStringLiteral("detailsDock"))->hide();
+    QSettings().setValue(QStringLiteral("mainWindow/state"),
+                         w.saveState(MainWindow::kLayoutVersion + 1));
+  }
+  {
+    MainWindow w(options);
+    w.show();
+    REQUIRE(QTest::qWaitForWindowExposed(&w));
+    // Refused: the default layout, where the details dock is shown.
+    CHECK(w.findChild<QDockWidget*>(QStringLiteral("detailsDock"))->isVisible());
+  }
+  QSettings().clear();
+}

@@ -1,0 +1,565 @@
+// The live curve chart.
+#include "fp4lab/widgets/curve_panel.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QAreaSeries>
+#include <QCategoryAxis>
+#include <QChart>
+#include <QChartView>
+#include <QClipboard>
+#include <QFileDialog>
+#include <QGraphicsLayout>
+#include <QLabel>
+#include <QLegend>
+#include <QLegendMarker>
+#include <QLineSeries>
+#include <QMenu>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QRubberBand>
+#include <QSaveFile>
+#include <QSvgGenerator>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <QValueAxis>
+#include <QWheelEvent>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "fp4lab/widgets/curve_buckets.h"
+#include "fp4lab/widgets/run_charts.h"
+
+namespace fp4lab::widgets {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+QList<QPointF> toQPoints(const Points& points) {
+  QList<QPointF> out;
+  out.reserve(qsizetype(points.size()));
+  for (const auto& [x, y] : points) out.append(QPointF(x, y));
+  return out;
+}
+
+QString xTitle(XAxis x) {
+  switch (x) {
+    case XAxis::Tokens:
+      return QStringLiteral("tokens seen");
+    case XAxis::WallSeconds:
+      return QStringLiteral("wall time (s)");
+    case XAxis::Step:
+      break;
+  }
+  return QStringLiteral("optimizer step");
+}
+
+// Tick and read-out text: plain digits for the thousands of tokens per second, four significant
+// digits otherwise.
+QString formatY(double v) {
+  const double a = std::abs(v);
+  if (a >= 1000 && a < 1e7) return QString::number(v, 'f', 0);
+  return QString::number(v, 'g', 4);
+}
+
+}  // namespace
+
+// What one shown run contributes: its points (log10 when the axis is log), smoothed, and the
+// series that draw it.
+struct CurvePanel::RunCurve {
+  std::shared_ptr<const RunCurves> source;  // the curves the cache was built from
+  CurveSettings settings;
+  std::string name;
+  Points raw, shown;  // transformed (log10) and smoothed; x increasing
+  QLineSeries* line = nullptr;
+  QLineSeries* faint = nullptr;  // the raw curve under a smoothed one
+  QAreaSeries* band = nullptr;   // min/max per bucket
+  QLineSeries* bandHigh = nullptr;
+  QLineSeries* bandLow = nullptr;
+};
+
+// Mouse handling of the chart: rubber band and wheel zoom on x, hover read-out, click to select,
+// context menu.
+class CurveChartView : public QChartView {
+ public:
+  CurveChartView(QChart* chart, CurvePanel* panel) : QChartView(chart), m_panel(panel) {
+    setRenderHint(QPainter::Antialiasing, true);
+    setMouseTracking(true);
+    setRubberBand(QChartView::NoRubberBand);  // our own: Qt's zooms y too and on clicks
+  }
+
+ protected:
+  void mousePressEvent(QMouseEvent* e) override {
+    if (e->button() == Qt::LeftButton) {
+      m_origin = e->pos();
+      if (!m_band) m_band = new QRubberBand(QRubberBand::Rectangle, viewport());
+      m_band->setGeometry(QRect(m_origin, QSize()));
+      m_band->show();
+      e->accept();
+      return;
+    }
+    QChartView::mousePressEvent(e);
+  }
+  void mouseMoveEvent(QMouseEvent* e) override {
+    if (m_band && m_band->isVisible()) {
+      const QRectF plot = chart()->plotArea();
+      QRect r = QRect(m_origin, e->pos()).normalized();
+      r.setTop(int(plot.top()));
+      r.setBottom(int(plot.bottom()));
+      m_band->setGeometry(r);
+    }
+    m_panel->updateReadout(chart()->mapToValue(chart()->mapFromScene(mapToScene(e->pos()))).x());
+    QChartView::mouseMoveEvent(e);
+  }
+  void mouseReleaseEvent(QMouseEvent* e) override {
+    if (e->button() != Qt::LeftButton || !m_band || !m_band->isVisible()) {
+      QChartView::mouseReleaseEvent(e);
+      return;
+    }
+    m_band->hide();
+    const QPointF a = valueAt(m_origin), b = valueAt(e->pos());
+    if (std::abs(e->pos().x() - m_origin.x()) > 4) {
+      m_panel->setXRange(std::min(a.x(), b.x()), std::max(a.x(), b.x()));
+    } else {
+      const auto [lo, hi] = yRange();
+      const std::string id = m_panel->runNear(b.x(), b.y(), 0.03 * (hi - lo));
+      if (!id.empty()) Q_EMIT m_panel->runSelected(id);
+    }
+    e->accept();
+  }
+  void wheelEvent(QWheelEvent* e) override {
+    const double factor = e->angleDelta().y() > 0 ? 0.8 : 1.25;
+    const double x = valueAt(e->position().toPoint()).x();
+    const auto [x0, x1] = m_panel->xRange();
+    m_panel->setXRange(x - (x - x0) * factor, x + (x1 - x) * factor);
+    e->accept();
+  }
+  void leaveEvent(QEvent* e) override {
+    m_panel->m_readout->hide();
+    QChartView::leaveEvent(e);
+  }
+  void contextMenuEvent(QContextMenuEvent* e) override { m_panel->contextMenu(e->globalPos()); }
+
+ private:
+  QPointF valueAt(const QPoint& pos) const {
+    return chart()->mapToValue(chart()->mapFromScene(mapToScene(pos)));
+  }
+  std::pair<double, double> yRange() const {
+    auto* y = qobject_cast<QValueAxis*>(chart()->axes(Qt::Vertical).value(0));
+    return y ? std::make_pair(y->min(), y->max()) : std::make_pair(0.0, 1.0);
+  }
+  CurvePanel* m_panel;
+  QRubberBand* m_band = nullptr;
+  QPoint m_origin;
+};
+
+CurvePanel::CurvePanel(const std::string& series, const QString& title, QWidget* parent)
+    : QWidget(parent), m_series(series), m_title(title) {
+  auto* chart = new QChart;
+  chart->setTheme(QChart::ChartThemeLight);
+  chart->setAnimationOptions(QChart::NoAnimation);
+  chart->setBackgroundRoundness(0);
+  chart->setTitle(title);
+  chart->legend()->setAlignment(Qt::AlignBottom);
+  // Reserved margins: a wider tick label must not make the plot area jump.
+  chart->setMargins(QMargins(4, 4, 12, 4));
+  auto* x = new QValueAxis;
+  x->setLabelFormat(QStringLiteral("%.6g"));
+  x->setTitleText(xTitle(m_settings.x));
+  x->setGridLineColor(QColor(0xdd, 0xdd, 0xdd));
+  chart->addAxis(x, Qt::AlignBottom);
+  auto* y = new QCategoryAxis;
+  y->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
+  y->setGridLineColor(QColor(0xdd, 0xdd, 0xdd));
+  chart->addAxis(y, Qt::AlignLeft);
+  m_view = new CurveChartView(chart, this);
+  m_view->setObjectName(QString::fromStdString("chart " + series));
+  m_view->setAccessibleName(QStringLiteral("%1 chart").arg(title));
+  m_view->setToolTip(
+      QStringLiteral(
+          "%1 of every checked run. Drag to zoom on x, wheel to zoom, click a curve to select its "
+          "run; right-click to save PNG/SVG/CSV or reset the zoom (Ctrl+0).")
+          .arg(title));
+  m_view->setMinimumSize(280, 200);
+  m_readout = new QLabel(m_view);
+  m_readout->setObjectName(QStringLiteral("hover readout"));
+  m_readout->setAccessibleDescription(QStringLiteral("values of the shown runs under the cursor"));
+  m_readout->setStyleSheet(QStringLiteral(
+      "QLabel { background: rgba(255,255,255,225); border: 1px solid #bbb; padding: 3px; }"));
+  m_readout->setAttribute(Qt::WA_TransparentForMouseEvents);
+  m_readout->hide();
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(m_view);
+  m_frame = new QTimer(this);
+  m_frame->setSingleShot(true);
+  m_frame->setInterval(33);
+  connect(m_frame, &QTimer::timeout, this, [this] {
+    if (m_dirty && isVisible()) redrawNow();
+  });
+}
+
+CurvePanel::~CurvePanel() = default;
+
+QChart* CurvePanel::chart() const {
+  return m_view->chart();
+}
+
+void CurvePanel::markDirty() {
+  m_dirty = true;
+  if (isVisible() && !m_frame->isActive()) m_frame->start();
+}
+
+void CurvePanel::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  if (m_dirty) m_frame->start();
+}
+
+void CurvePanel::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  markDirty();  // the buckets follow the plot's width
+}
+
+void CurvePanel::setRuns(RunSnapshotsPtr runs, const std::set<std::string>& shown) {
+  m_runs = std::move(runs);
+  m_shown = shown;
+  m_cacheDirty = true;
+  markDirty();
+}
+
+void CurvePanel::setSettings(const CurveSettings& settings) {
+  if (settings == m_settings) return;
+  const bool newX = settings.x != m_settings.x;
+  m_settings = settings;
+  if (newX) m_zoomed = false;  // another unit: the old range means nothing
+  m_cacheDirty = true;
+  markDirty();
+}
+
+void CurvePanel::setSelectedRun(const std::string& id) {
+  if (id == m_selected) return;
+  m_selected = id;
+  markDirty();
+}
+
+void CurvePanel::setXRange(double x0, double x1) {
+  if (!(x1 > x0) || !std::isfinite(x0) || !std::isfinite(x1)) return;
+  m_x0 = x0, m_x1 = x1;
+  m_zoomed = true;
+  markDirty();
+  Q_EMIT zoomChanged();
+}
+
+void CurvePanel::resetZoom() {
+  m_zoomed = false;
+  markDirty();
+  Q_EMIT zoomChanged();
+}
+
+bool CurvePanel::hasData() const {
+  for (const auto& [id, c] : m_curves)
+    if (!c->shown.empty()) return true;
+  return false;
+}
+
+void CurvePanel::rebuildCache() {
+  m_cacheDirty = false;
+  std::set<std::string> keep;
+  if (m_runs) {
+    for (const RunSnapshot& run : *m_runs) {
+      if (!m_shown.count(run.id) || !run.curves) continue;
+      keep.insert(run.id);
+      auto& c = m_curves[run.id];
+      if (!c) c = std::make_unique<RunCurve>();
+      if (c->source == run.curves && c->settings == m_settings) continue;
+      c->source = run.curves;
+      c->settings = m_settings;
+      c->name = run.name;
+      Points raw = run.curves->series(m_series, m_settings.x);
+      // Wall time and tokens may repeat or step back across a resume: keep x non-decreasing.
+      std::stable_sort(raw.begin(), raw.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (m_settings.logY) {
+        Points positive;
+        positive.reserve(raw.size());
+        for (const auto& [x, y] : raw)
+          if (y > 0) positive.emplace_back(x, std::log10(y));
+        raw = std::move(positive);
+      }
+      c->shown = smoothCurve(raw, m_settings.smoothing, m_settings.movingAverage);
+      c->raw = std::move(raw);
+    }
+  }
+  QChart* ch = chart();
+  for (auto it = m_curves.begin(); it != m_curves.end();) {
+    if (keep.count(it->first)) {
+      ++it;
+      continue;
+    }
+    for (QAbstractSeries* s : {static_cast<QAbstractSeries*>(it->second->line),
+                               static_cast<QAbstractSeries*>(it->second->faint),
+                               static_cast<QAbstractSeries*>(it->second->band)}) {
+      if (!s) continue;
+      ch->removeSeries(s);
+      delete s;
+    }
+    it = m_curves.erase(it);
+  }
+}
+
+int CurvePanel::redrawNow() {
+  if (m_cacheDirty) rebuildCache();
+  m_dirty = false;
+  QChart* ch = chart();
+  auto* xAxis = qobject_cast<QValueAxis*>(ch->axes(Qt::Horizontal).value(0));
+  auto* yAxis = qobject_cast<QCategoryAxis*>(ch->axes(Qt::Vertical).value(0));
+  xAxis->setTitleText(xTitle(m_settings.x));
+  // x: the data's range while following, else the user's.
+  if (!m_zoomed) {
+    double lo = kInf, hi = -kInf;
+    for (const auto& [id, c] : m_curves) {
+      if (c->shown.empty()) continue;
+      lo = std::min(lo, c->shown.front().first);
+      hi = std::max(hi, c->shown.back().first);
+    }
+    if (!(lo <= hi)) lo = 0, hi = 1;
+    if (hi == lo) lo -= 0.5, hi += 0.5;
+    m_x0 = lo, m_x1 = hi;
+  }
+  const int width = std::max(50, int(ch->plotArea().width() > 0 ? ch->plotArea().width() : 600));
+  const bool smoothing = m_settings.smoothing > 0 || m_settings.movingAverage > 1;
+  double yLo = kInf, yHi = -kInf;
+  int points = 0;
+  const auto addSeries = [&](QAbstractSeries* s) {
+    ch->addSeries(s);
+    s->attachAxis(xAxis);
+    s->attachAxis(yAxis);
+  };
+  for (const auto& [id, c] : m_curves) {
+    const QColor colour = runColour(c->name);
+    const bool selected = id == m_selected;
+    const BucketedCurve b = bucketCurve(c->shown, m_x0, m_x1, width);
+    if (!c->line) {
+      c->line = new QLineSeries;
+      c->line->setName(QString::fromStdString(c->name));
+      addSeries(c->line);
+    }
+    QPen pen(colour);
+    pen.setWidthF(selected ? 3.2 : 1.8);
+    c->line->setPen(pen);
+    c->line->replace(toQPoints(b.line));
+    c->line->setPointsVisible(b.line.size() == 1);
+    points += int(b.line.size());
+    for (const auto& [x, y] : b.line)
+      if (x >= m_x0 && x <= m_x1) yLo = std::min(yLo, y), yHi = std::max(yHi, y);
+    // Faint underneath: the raw curve when smoothing, the min/max band when bucketed.
+    const BucketedCurve raw = smoothing ? bucketCurve(c->raw, m_x0, m_x1, width) : BucketedCurve{};
+    if (smoothing) {
+      if (!c->faint) {
+        c->faint = new QLineSeries;
+        addSeries(c->faint);
+        for (QLegendMarker* m : ch->legend()->markers(c->faint)) m->setVisible(false);
+      }
+      QColor faint = colour;
+      faint.setAlpha(70);
+      c->faint->setPen(QPen(faint, 1.0));
+      c->faint->replace(toQPoints(raw.line));
+      points += int(raw.line.size());
+    } else if (c->faint) {
+      ch->removeSeries(c->faint);
+      delete c->faint;
+      c->faint = nullptr;
+    }
+    const BucketedCurve& banded = smoothing ? raw : b;
+    if (banded.bucketed()) {
+      if (!c->band) {
+        c->bandHigh = new QLineSeries;
+        c->bandLow = new QLineSeries;
+        c->band = new QAreaSeries(c->bandHigh, c->bandLow);
+        addSeries(c->band);
+        for (QLegendMarker* m : ch->legend()->markers(c->band)) m->setVisible(false);
+      }
+      QColor fill = colour;
+      fill.setAlpha(45);
+      c->band->setBrush(fill);
+      c->band->setPen(Qt::NoPen);
+      c->bandHigh->replace(toQPoints(banded.high));
+      c->bandLow->replace(toQPoints(banded.low));
+      points += int(2 * banded.high.size());
+    } else if (c->band) {
+      ch->removeSeries(c->band);
+      delete c->band;  // owns its line series
+      c->band = nullptr, c->bandHigh = nullptr, c->bandLow = nullptr;
+    }
+  }
+  m_drawnPoints = points;
+  xAxis->setRange(m_x0, m_x1);
+  // While following the data, round numbers at the ends; a zoom shows exactly what was chosen.
+  if (!m_zoomed) xAxis->applyNiceNumbers();
+  if (!(yLo <= yHi)) yLo = m_settings.logY ? -1 : 0, yHi = m_settings.logY ? 0 : 1;
+  const double span = yHi - yLo;
+  const double pad = span > 0 ? 0.05 * span : 0.05 * std::max(1e-3, std::abs(yHi));
+  const double lo = yLo - pad, hi = yHi + pad;
+  for (const QString& label : yAxis->categoriesLabels()) yAxis->remove(label);
+  yAxis->setStartValue(lo);
+  // About one label per 40 pixels of height: Qt elides labels that crowd each other.
+  const int labels = std::clamp(int(ch->plotArea().height() / 40), 2, 8);
+  if (m_settings.logY) {
+    for (double v : detail::logAxisLabels(std::pow(10.0, lo), std::pow(10.0, hi), labels))
+      yAxis->append(formatY(v), std::log10(v));
+  } else {
+    const double rough = (hi - lo) / labels, mag = std::pow(10.0, std::floor(std::log10(rough)));
+    const double step = rough / mag >= 5 ? 5 * mag : rough / mag >= 2 ? 2 * mag : mag;
+    for (double k = std::ceil(lo / step); k * step <= hi; ++k)
+      yAxis->append(formatY(k * step), k * step);
+  }
+  yAxis->setRange(lo, hi);
+  // Qt sizes the axis for the labels it had at the last layout and elides wider new ones: lay
+  // the chart out again when the widest label changes (not on every frame, so the plot area
+  // does not jump while a run grows).
+  int widest = 0;
+  for (const QString& label : yAxis->categoriesLabels())
+    widest = std::max(widest, int(label.size()));
+  if (widest != m_labelChars) {
+    m_labelChars = widest;
+    ch->layout()->invalidate();
+  }
+  QString description = QStringLiteral("%1: %2 runs").arg(m_title).arg(m_curves.size());
+  m_view->setAccessibleDescription(description);
+  return points;
+}
+
+QString CurvePanel::readoutAt(double x) const {
+  QStringList lines;
+  for (const auto& [id, c] : m_curves) {
+    const double v = valueAt(c->shown, x);
+    if (!std::isfinite(v)) continue;
+    lines << QStringLiteral("%1: %2").arg(QString::fromStdString(c->name),
+                                          formatY(m_settings.logY ? std::pow(10.0, v) : v));
+  }
+  return lines.join(QLatin1Char('\n'));
+}
+
+std::string CurvePanel::runNear(double x, double y, double tolerance) const {
+  std::string best;
+  double bestDistance = tolerance;
+  for (const auto& [id, c] : m_curves) {
+    const double v = valueAt(c->shown, x);
+    if (std::isfinite(v) && std::abs(v - y) <= bestDistance)
+      bestDistance = std::abs(v - y), best = id;
+  }
+  return best;
+}
+
+void CurvePanel::updateReadout(double x) {
+  const QString text = readoutAt(x);
+  if (text.isEmpty() || !std::isfinite(x)) {
+    m_readout->hide();
+    return;
+  }
+  QString header;
+  switch (m_settings.x) {
+    case XAxis::Step:
+      header = QStringLiteral("step %1").arg(qint64(std::floor(x)));
+      break;
+    case XAxis::Tokens:
+      header = QStringLiteral("%1 tokens").arg(qint64(std::floor(x)));
+      break;
+    case XAxis::WallSeconds:
+      header = QStringLiteral("%1 s").arg(x, 0, 'f', 1);
+      break;
+  }
+  m_readout->setText(header + QLatin1Char('\n') + text);
+  m_readout->adjustSize();
+  const QRectF plot = chart()->plotArea();
+  m_readout->move(int(plot.left()) + 8, int(plot.top()) + 8);
+  m_readout->show();
+  m_readout->raise();
+}
+
+bool CurvePanel::savePng(const QString& path, QString* error) const {
+  const QImage image = m_view->grab().toImage();
+  QSaveFile file(path);
+  if (!file.open(QIODevice::WriteOnly) || !image.save(&file, "PNG") || !file.commit()) {
+    if (error) *error = QStringLiteral("cannot write %1: %2").arg(path, file.errorString());
+    return false;
+  }
+  return true;
+}
+
+bool CurvePanel::saveSvg(const QString& path, QString* error) const {
+  QSaveFile file(path);
+  if (!file.open(QIODevice::WriteOnly)) {
+    if (error) *error = QStringLiteral("cannot write %1: %2").arg(path, file.errorString());
+    return false;
+  }
+  {
+    QSvgGenerator svg;
+    svg.setOutputDevice(&file);
+    svg.setSize(m_view->size());
+    svg.setViewBox(QRect(QPoint(0, 0), m_view->size()));
+    svg.setTitle(m_title);
+    QPainter painter(&svg);
+    m_view->render(&painter);
+  }
+  if (!file.commit()) {
+    if (error) *error = QStringLiteral("cannot write %1: %2").arg(path, file.errorString());
+    return false;
+  }
+  return true;
+}
+
+QString CurvePanel::csv() const {
+  const char* xName = m_settings.x == XAxis::Step     ? "step"
+                      : m_settings.x == XAxis::Tokens ? "tokens"
+                                                      : "wall_s";
+  QString out =
+      QStringLiteral("run,%1,%2\n").arg(QLatin1String(xName), QString::fromStdString(m_series));
+  if (!m_runs) return out;
+  for (const RunSnapshot& run : *m_runs) {
+    if (!m_shown.count(run.id) || !run.curves) continue;
+    // The full data as logged, not what is drawn.
+    for (const auto& [x, y] : run.curves->series(m_series, m_settings.x))
+      out += QStringLiteral("%1,%2,%3\n")
+                 .arg(QString::fromStdString(run.name))
+                 .arg(x, 0, 'g', 17)
+                 .arg(y, 0, 'g', 9);
+  }
+  return out;
+}
+
+void CurvePanel::contextMenu(const QPoint& global) {
+  QMenu menu(this);
+  menu.addAction(QStringLiteral("Save as &PNG\u2026"), this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save chart"), QString(),
+                                                      QStringLiteral("PNG (*.png)"));
+    QString error;
+    if (!path.isEmpty() && !savePng(path, &error)) m_readout->setText(error), m_readout->show();
+  });
+  menu.addAction(QStringLiteral("Save as &SVG\u2026"), this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save chart"), QString(),
+                                                      QStringLiteral("SVG (*.svg)"));
+    QString error;
+    if (!path.isEmpty() && !saveSvg(path, &error)) m_readout->setText(error), m_readout->show();
+  });
+  menu.addAction(QStringLiteral("Save data as &CSV\u2026"), this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save data"), QString(),
+                                                      QStringLiteral("CSV (*.csv)"));
+    if (path.isEmpty()) return;
+    QSaveFile file(path);
+    if (file.open(QIODevice::WriteOnly)) file.write(csv().toUtf8()), file.commit();
+  });
+  menu.addAction(QStringLiteral("&Copy image"), this,
+                 [this] { QApplication::clipboard()->setPixmap(m_view->grab()); });
+  menu.addAction(QStringLiteral("Copy data as CSV"), this,
+                 [this] { QApplication::clipboard()->setText(csv()); });
+  menu.addSeparator();
+  QAction* reset = menu.addAction(QStringLiteral("&Reset zoom"), this, &CurvePanel::resetZoom);
+  reset->setEnabled(m_zoomed);
+  menu.exec(global);
+}
+
+}  // namespace fp4lab::widgets

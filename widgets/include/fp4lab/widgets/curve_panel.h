@@ -1,0 +1,109 @@
+// One live chart of one series ("eval/val_loss", "train/loss", ...) for every shown run. The
+// curves stay at full resolution in the snapshots; each frame buckets the visible x-range at the
+// plot's width in pixels (the last value as the line, min/max as a faint band; smoothing first,
+// on the whole series) and hands Qt Charts one replace() per series. New data or a zoom marks the
+// panel dirty; one 33 ms timer coalesces them into a frame, and a hidden panel does no work.
+// Rubber-band and wheel zoom (x), reset; the range follows a live run until the user zooms;
+// hover reads every shown run's value at that x; a click selects the run under the cursor.
+#pragma once
+
+#include <QString>
+#include <QWidget>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "fp4lab/widgets/run_snapshot.h"
+
+class QChart;
+class QLabel;
+class QTimer;
+
+namespace fp4lab::widgets {
+
+struct CurveSettings {
+  XAxis x = XAxis::Step;
+  bool logY = true;
+  double smoothing = 0;   // debiased EMA weight in [0, 1)
+  int movingAverage = 1;  // trailing window in points; 1: off
+  bool operator==(const CurveSettings& o) const {
+    return x == o.x && logY == o.logY && smoothing == o.smoothing &&
+           movingAverage == o.movingAverage;
+  }
+  bool operator!=(const CurveSettings& o) const { return !(*this == o); }
+};
+
+class CurveChartView;
+
+class CurvePanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  CurvePanel(const std::string& series, const QString& title, QWidget* parent = nullptr);
+  ~CurvePanel() override;
+
+  const std::string& series() const { return m_series; }
+  void setRuns(RunSnapshotsPtr runs, const std::set<std::string>& shown);
+  void setSettings(const CurveSettings& settings);
+  const CurveSettings& settings() const { return m_settings; }
+  void setSelectedRun(const std::string& id);
+
+  // The x-range shown (in the x axis's units); resetZoom() goes back to following the data.
+  void setXRange(double x0, double x1);
+  void resetZoom();
+  bool isZoomed() const { return m_zoomed; }
+  std::pair<double, double> xRange() const { return {m_x0, m_x1}; }
+
+  // Draws now instead of at the next frame (tests, benchmark); returns the points handed to the
+  // chart.
+  int redrawNow();
+  int drawnPoints() const { return m_drawnPoints; }
+  bool hasData() const;
+  // The value read-out at x, one "run: value" line per shown run with a value there.
+  QString readoutAt(double x) const;
+  // The run whose drawn line passes nearest to (x, y in data units) within `tolerance` of the y
+  // axis span, or "".
+  std::string runNear(double x, double y, double tolerance) const;
+
+  QChart* chart() const;
+  CurveChartView* view() const { return m_view; }
+  // Exports: the chart as shown, and every shown run's full data in the current x units.
+  bool savePng(const QString& path, QString* error) const;
+  bool saveSvg(const QString& path, QString* error) const;
+  QString csv() const;
+
+ Q_SIGNALS:
+  void runSelected(const std::string& id);
+  void zoomChanged();
+
+ protected:
+  void showEvent(QShowEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+
+ private:
+  friend class CurveChartView;
+  struct RunCurve;
+  void markDirty();
+  void rebuildCache();
+  void updateReadout(double x);
+  void contextMenu(const QPoint& global);
+
+  std::string m_series;
+  QString m_title;
+  CurveSettings m_settings;
+  RunSnapshotsPtr m_runs;
+  std::set<std::string> m_shown;
+  std::string m_selected;
+  std::map<std::string, std::unique_ptr<RunCurve>> m_curves;  // shown runs, by id
+  CurveChartView* m_view = nullptr;
+  QLabel* m_readout = nullptr;
+  QTimer* m_frame = nullptr;
+  bool m_dirty = true, m_cacheDirty = true, m_zoomed = false;
+  double m_x0 = 0, m_x1 = 1;
+  int m_drawnPoints = 0;
+  int m_labelChars = -1;  // the widest y label at the last layout
+};
+
+}  // namespace fp4lab::widgets

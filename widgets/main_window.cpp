@@ -1,0 +1,846 @@
+// The workbench window: docks, actions, the worker thread and the run queue wired together.
+#include "fp4lab/widgets/main_window.h"
+
+#include <signal.h>
+
+#include <QAction>
+#include <QApplication>
+#include <QClipboard>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QDesktopServices>
+#include <QDir>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTabBar>
+#include <QTabWidget>
+#include <QTableView>
+#include <QTextBrowser>
+#include <QThread>
+#include <QToolBar>
+#include <QToolButton>
+#include <QUrl>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <thread>
+
+#include "fp4lab/common/files.h"
+#include "fp4lab/common/time.h"
+#include "fp4lab/error.h"
+#include "fp4lab/run/run_folder.h"
+#include "fp4lab/widgets/charts_page.h"
+#include "fp4lab/widgets/compare_view.h"
+#include "fp4lab/widgets/log_poll_worker.h"
+#include "fp4lab/widgets/new_run_dialog.h"
+#include "fp4lab/widgets/run_details.h"
+#include "fp4lab/widgets/run_table_model.h"
+
+namespace fp4lab::widgets {
+
+namespace {
+
+QString q(const std::string& s) {
+  return QString::fromStdString(s);
+}
+
+bool isActive(RunState s) {
+  return s == RunState::Running || s == RunState::Queued;
+}
+
+// A run folder name from a run name: the name, then the UTC time (as the CLI names them).
+QString freshRunDir(const QString& root, const QString& name) {
+  const QString base = root + QLatin1Char('/') + name + QLatin1Char('-') +
+                       QString::fromStdString(utcCompactTimestamp());
+  QString dir = base;
+  for (int n = 2; QFileInfo::exists(dir); ++n) dir = base + QStringLiteral("-%1").arg(n);
+  return dir;
+}
+
+}  // namespace
+
+MainWindow::MainWindow(const WorkbenchOptions& options, QWidget* parent)
+    : QMainWindow(parent), m_options(options) {
+  setObjectName(QStringLiteral("fp4lab workbench"));
+  setWindowTitle(QStringLiteral("fp4lab workbench"));
+  qRegisterMetaType<RunSnapshotsPtr>();
+
+  m_queue = new RunQueue(this);
+  m_queue->setProgram(options.program);
+  m_queue->setSlots(QStringLiteral("cpu"), options.cpuSlots);
+  m_model = new RunTableModel(this);
+  m_proxy = new RunFilterProxy(this);
+  m_proxy->setSourceModel(m_model);
+
+  // Centre: the message bar over the tab area.
+  m_messageBar = new QWidget;
+  m_messageBar->setObjectName(QStringLiteral("message bar"));
+  m_messageBar->setStyleSheet(QStringLiteral("#message\\ bar { background: #fff1e6; }"));
+  auto* messageLayout = new QHBoxLayout(m_messageBar);
+  messageLayout->setContentsMargins(8, 4, 4, 4);
+  m_message = new QLabel;
+  m_message->setObjectName(QStringLiteral("message"));
+  m_message->setAccessibleDescription(QStringLiteral("the latest problem or notice"));
+  m_message->setWordWrap(true);
+  m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_messageClose = new QToolButton;
+  m_messageClose->setText(QStringLiteral("\u2715"));
+  m_messageClose->setObjectName(QStringLiteral("dismiss message"));
+  m_messageClose->setAccessibleName(QStringLiteral("dismiss message"));
+  m_messageClose->setToolTip(QStringLiteral("hide this message"));
+  connect(m_messageClose, &QToolButton::clicked, m_messageBar, &QWidget::hide);
+  messageLayout->addWidget(m_message, 1);
+  messageLayout->addWidget(m_messageClose);
+  m_messageBar->hide();
+
+  m_tabs = new QTabWidget;
+  m_tabs->setObjectName(QStringLiteral("central tabs"));
+  m_tabs->setAccessibleName(QStringLiteral("views"));
+  m_tabs->setDocumentMode(true);
+  m_charts = new ChartsPage;
+  m_compare = new CompareView;
+  m_tabs->addTab(m_charts, QStringLiteral("C&urves"));
+  m_tabs->addTab(m_compare, QStringLiteral("Com&pare"));
+  m_tabs->setTabsClosable(true);
+  // Curves and Compare stay; tabs added later (reports) can be closed.
+  for (int i = 0; i < 2; ++i) m_tabs->tabBar()->setTabButton(i, QTabBar::RightSide, nullptr);
+  connect(m_tabs, &QTabWidget::tabCloseRequested, this, [this](int index) {
+    if (index >= 2) delete m_tabs->widget(index);  // reports; Curves and Compare stay
+  });
+  auto* centre = new QWidget;
+  auto* centreLayout = new QVBoxLayout(centre);
+  centreLayout->setContentsMargins(0, 0, 0, 0);
+  centreLayout->setSpacing(0);
+  centreLayout->addWidget(m_messageBar);
+  centreLayout->addWidget(m_tabs, 1);
+  setCentralWidget(centre);
+
+  buildActions();
+  buildDocks();
+  buildMenus();
+
+  m_progress = new QLabel;
+  m_progress->setObjectName(QStringLiteral("selected run progress"));
+  m_progress->setAccessibleDescription(QStringLiteral("the selected run's progress"));
+  m_pollInfo = new QLabel;
+  m_pollInfo->setObjectName(QStringLiteral("queue summary"));
+  m_pollInfo->setAccessibleDescription(QStringLiteral("runs queued and running"));
+  statusBar()->addWidget(m_progress, 1);
+  statusBar()->addPermanentWidget(m_pollInfo);
+
+  // The worker thread: every folder scan and HDF5 read happens there.
+  m_thread = new QThread(this);
+  m_thread->setObjectName(QStringLiteral("fp4lab log worker"));
+  m_worker = new LogPollWorker;
+  m_worker->setIntervalMs(options.pollMs);
+  m_worker->moveToThread(m_thread);
+  connect(m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
+  connect(this, &MainWindow::requestRoots, m_worker, &LogPollWorker::setRoots);
+  connect(this, &MainWindow::requestPoll, m_worker, &LogPollWorker::pollSoon);
+  connect(this, &MainWindow::requestPaused, m_worker, &LogPollWorker::setPaused);
+  connect(m_worker, &LogPollWorker::snapshotsReady, this, &MainWindow::onSnapshots);
+  connect(m_worker, &LogPollWorker::rootProblem, this,
+          [this](const QString& root, const QString& problem) {
+            if (!problem.isEmpty())
+              showMessage(QStringLiteral("Run folder %1: %2").arg(root, problem));
+          });
+  m_thread->start();
+
+  connect(m_queue, &RunQueue::jobFinished, this, &MainWindow::onJobFinished);
+  connect(m_queue, &RunQueue::jobStarted, this, [this](const QString&) {
+    Q_EMIT requestPoll();
+    updateActions();
+  });
+  connect(m_queue, &RunQueue::jobEvent, this, [this](const QString& id, const JobEvent&) {
+    if (q(selectedRun()) == id) updateStatusBar();
+  });
+  connect(m_queue, &RunQueue::consoleAppended, this,
+          [this](const QString& id, const QString& text) {
+            if (q(m_details->runId()) == id) m_details->appendConsole(text);
+          });
+  connect(m_charts, &ChartsPage::runSelected, this, &MainWindow::selectRun);
+  connect(m_compare, &CompareView::runSelected, this, &MainWindow::selectRun);
+
+  m_defaultState = saveState(kLayoutVersion);
+  restoreSettings();
+  QStringList roots = options.roots;
+  if (roots.isEmpty()) roots = QSettings().value(QStringLiteral("runs/roots")).toStringList();
+  if (roots.isEmpty()) roots << QDir::current().absoluteFilePath(QStringLiteral("runs"));
+  for (QString& r : roots) r = QDir::cleanPath(QDir::current().absoluteFilePath(r));
+  roots.removeDuplicates();
+  m_roots = roots;
+  Q_EMIT requestRoots(m_roots);
+  updateActions();
+}
+
+MainWindow::~MainWindow() {
+  m_thread->quit();
+  m_thread->wait();
+}
+
+// ---- Actions and menus --------------------------------------------------------------------------
+
+QAction* MainWindow::action(const QString& objectName) const {
+  return findChild<QAction*>(objectName);
+}
+
+void MainWindow::buildActions() {
+  const auto make = [this](const QString& name, const QString& text, const QString& tip,
+                           const QKeySequence& keys, auto slot) {
+    auto* a = new QAction(text, this);
+    a->setObjectName(name);
+    a->setToolTip(tip);
+    a->setStatusTip(tip);
+    if (!keys.isEmpty()) a->setShortcut(keys);
+    connect(a, &QAction::triggered, this, slot);
+    addAction(a);
+    return a;
+  };
+  make(QStringLiteral("new run"), QStringLiteral("&New run\u2026"),
+       QStringLiteral("configure a run and queue it"), QKeySequence(Qt::CTRL | Qt::Key_N),
+       [this] { newRun(); });
+  make(QStringLiteral("open config"), QStringLiteral("&Open config\u2026"),
+       QStringLiteral("open a run.yaml in the New run dialog"), QKeySequence::Open, [this] {
+         const QString path =
+             QFileDialog::getOpenFileName(this, QStringLiteral("Open run config"), QString(),
+                                          QStringLiteral("YAML (*.yaml *.yml)"));
+         if (!path.isEmpty()) newRun(nullptr, path);
+       });
+  make(QStringLiteral("add run folder"), QStringLiteral("&Add run folder\u2026"),
+       QStringLiteral("watch another folder of runs"), QKeySequence(), [this] {
+         const QString dir =
+             QFileDialog::getExistingDirectory(this, QStringLiteral("Add run folder"));
+         if (!dir.isEmpty()) addRoot(dir);
+       });
+  make(QStringLiteral("run experiment"), QStringLiteral("Run the built-in &experiment"),
+       QStringLiteral("SFT, then PTQ, QAT and QAD in MXFP4 and NVFP4, with its report"),
+       QKeySequence(), [this] { runExperiment(); });
+  make(QStringLiteral("quit"), QStringLiteral("&Quit"), QStringLiteral("close the workbench"),
+       QKeySequence::Quit, [this] { close(); });
+  make(QStringLiteral("find"), QStringLiteral("&Filter runs"),
+       QStringLiteral("focus the runs filter"), QKeySequence::Find, [this] {
+         m_filter->setFocus();
+         m_filter->selectAll();
+       });
+  make(QStringLiteral("copy path"), QStringLiteral("&Copy path"),
+       QStringLiteral("copy the selected run's folder"), QKeySequence(),
+       [this] { QApplication::clipboard()->setText(q(selectedRun())); });
+  make(QStringLiteral("open folder"), QStringLiteral("Open &folder"),
+       QStringLiteral("open the selected run's folder in the file manager"), QKeySequence(),
+       [this] { QDesktopServices::openUrl(QUrl::fromLocalFile(q(selectedRun()))); });
+  make(QStringLiteral("stop"), QStringLiteral("&Stop"),
+       QStringLiteral("SIGTERM: the run checkpoints and stops (or leaves the queue)"),
+       QKeySequence(Qt::CTRL | Qt::Key_Period), [this] { stopRun(selectedRun()); });
+  make(QStringLiteral("kill"), QStringLiteral("&Kill"),
+       QStringLiteral("SIGKILL: ends the run at once, without a checkpoint"), QKeySequence(),
+       [this] { killRun(selectedRun()); });
+  make(QStringLiteral("resume"), QStringLiteral("&Resume"),
+       QStringLiteral("continue a crashed or cancelled run from its latest checkpoint"),
+       QKeySequence(), [this] { resumeRun(selectedRun()); });
+  make(QStringLiteral("duplicate"), QStringLiteral("&Duplicate as new run\u2026"),
+       QStringLiteral("the New run dialog with this run's config"), QKeySequence(), [this] {
+         if (const RunSnapshot* r = snapshot(selectedRun()); r && r->folder.hasConfig) {
+           run::RunConfig c = r->folder.config;
+           c.name += "-copy";
+           newRun(&c);
+         }
+       });
+  make(QStringLiteral("compare formats"), QStringLiteral("Compare &formats"),
+       QStringLiteral("PTQ, QAT and QAD in MXFP4 and NVFP4 from the selected BF16 run's model"),
+       QKeySequence(), [this] { compareFormats(selectedRun()); });
+  make(QStringLiteral("compare with"), QStringLiteral("Compare &with\u2026"),
+       QStringLiteral("the selected run as B in the Compare tab"), QKeySequence(), [this] {
+         m_compare->setPair(m_compare->runA(), selectedRun());
+         m_tabs->setCurrentWidget(m_compare);
+       });
+  make(QStringLiteral("delete"), QStringLiteral("&Delete\u2026"),
+       QStringLiteral("delete the selected run's folder (never a running run)"),
+       QKeySequence::Delete, [this] {
+         const std::string id = selectedRun();
+         if (id.empty()) return;
+         const auto answer = QMessageBox::question(
+             this, QStringLiteral("Delete run"),
+             QStringLiteral("Delete the run folder %1 with its log and checkpoints?").arg(q(id)));
+         deleteRun(id, answer == QMessageBox::Yes);
+       });
+  make(QStringLiteral("refresh"), QStringLiteral("&Refresh"), QStringLiteral("read the runs now"),
+       QKeySequence::Refresh, [this] { refresh(); });
+  QAction* live = make(QStringLiteral("live"), QStringLiteral("&Live updates"),
+                       QStringLiteral("follow the logs about once a second"),
+                       QKeySequence(Qt::CTRL | Qt::Key_L), [this](bool on) { setLive(on); });
+  live->setCheckable(true);
+  live->setChecked(true);
+  make(QStringLiteral("reset zoom"), QStringLiteral("Reset &zoom"),
+       QStringLiteral("every chart follows its data again"), QKeySequence(Qt::CTRL | Qt::Key_0),
+       [this] { m_charts->resetZoom(); });
+  make(QStringLiteral("reset layout"), QStringLiteral("Reset &layout"),
+       QStringLiteral("docks, sizes and columns as they were at first start"), QKeySequence(),
+       [this] { resetLayout(); });
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(QStringLiteral("&File"));
+  for (const char* name : {"new run", "open config", "add run folder", "run experiment"})
+    file->addAction(action(QString::fromLatin1(name)));
+  file->addSeparator();
+  file->addAction(action(QStringLiteral("quit")));
+  QMenu* edit = menuBar()->addMenu(QStringLiteral("&Edit"));
+  edit->addAction(action(QStringLiteral("find")));
+  edit->addAction(action(QStringLiteral("copy path")));
+  QMenu* run = menuBar()->addMenu(QStringLiteral("&Run"));
+  for (const char* name : {"stop", "kill", "resume", "duplicate", "compare formats", "compare with",
+                           "open folder", "delete"})
+    run->addAction(action(QString::fromLatin1(name)));
+  QMenu* view = menuBar()->addMenu(QStringLiteral("&View"));
+  for (QDockWidget* dock : findChildren<QDockWidget*>()) view->addAction(dock->toggleViewAction());
+  view->addSeparator();
+  for (const char* name : {"refresh", "live", "reset zoom", "reset layout"})
+    view->addAction(action(QString::fromLatin1(name)));
+
+  QToolBar* bar = addToolBar(QStringLiteral("Main toolbar"));
+  bar->setObjectName(QStringLiteral("main toolbar"));
+  bar->setAccessibleName(QStringLiteral("main toolbar"));
+  for (const char* name :
+       {"new run", "run experiment", "stop", "resume", "compare formats", "refresh", "live"})
+    bar->addAction(action(QString::fromLatin1(name)));
+}
+
+void MainWindow::buildDocks() {
+  auto* runs = new QWidget;
+  auto* layout = new QVBoxLayout(runs);
+  layout->setContentsMargins(4, 4, 4, 4);
+  auto* filters = new QHBoxLayout;
+  m_filter = new QLineEdit;
+  m_filter->setObjectName(QStringLiteral("runs filter"));
+  m_filter->setAccessibleName(QStringLiteral("runs filter"));
+  m_filter->setPlaceholderText(QStringLiteral("Filter runs (Ctrl+F)"));
+  m_filter->setToolTip(
+      QStringLiteral("every word must match the name, recipe, format, state or folder"));
+  m_filter->setClearButtonEnabled(true);
+  connect(m_filter, &QLineEdit::textChanged, m_proxy, &RunFilterProxy::setText);
+  m_recipeFacet = new QComboBox;
+  m_recipeFacet->setObjectName(QStringLiteral("recipe facet"));
+  m_recipeFacet->setAccessibleName(QStringLiteral("recipe facet"));
+  m_recipeFacet->setToolTip(QStringLiteral("show only runs of this recipe"));
+  m_recipeFacet->addItem(QStringLiteral("all recipes"), QString());
+  for (const char* r : {"sft", "ptq", "qat", "qad"})
+    m_recipeFacet->addItem(QString::fromLatin1(r), QString::fromLatin1(r));
+  connect(m_recipeFacet, &QComboBox::currentIndexChanged, this,
+          [this] { m_proxy->setRecipe(m_recipeFacet->currentData().toString()); });
+  m_formatFacet = new QComboBox;
+  m_formatFacet->setObjectName(QStringLiteral("format facet"));
+  m_formatFacet->setAccessibleName(QStringLiteral("format facet"));
+  m_formatFacet->setToolTip(QStringLiteral("show only runs of this number format"));
+  m_formatFacet->addItem(QStringLiteral("all formats"), QString());
+  for (const char* f : {"BF16", "MXFP4", "NVFP4"})
+    m_formatFacet->addItem(QString::fromLatin1(f), QString::fromLatin1(f));
+  connect(m_formatFacet, &QComboBox::currentIndexChanged, this,
+          [this] { m_proxy->setFormat(m_formatFacet->currentData().toString()); });
+  auto* facetLabel = new QLabel(QStringLiteral("S&how:"));
+  facetLabel->setBuddy(m_recipeFacet);
+  filters->addWidget(m_filter, 1);
+  filters->addWidget(facetLabel);
+  filters->addWidget(m_recipeFacet);
+  filters->addWidget(m_formatFacet);
+  m_table = new QTableView;
+  m_table->setObjectName(QStringLiteral("runs table"));
+  m_table->setAccessibleName(QStringLiteral("runs table"));
+  m_table->setToolTip(QStringLiteral("every run under the run folders; right-click for actions"));
+  m_table->setModel(m_proxy);
+  m_table->setSortingEnabled(true);
+  m_table->sortByColumn(RunTableModel::Name, Qt::AscendingOrder);
+  m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+  m_table->setSelectionMode(QAbstractItemView::SingleSelection);
+  m_table->verticalHeader()->hide();
+  m_table->verticalHeader()->setDefaultSectionSize(22);
+  m_table->horizontalHeader()->setSectionsMovable(true);
+  m_table->horizontalHeader()->setContextMenuPolicy(Qt::CustomContextMenu);
+  m_table->setContextMenuPolicy(Qt::CustomContextMenu);
+  m_table->setAlternatingRowColors(true);
+  m_table->setColumnWidth(RunTableModel::Name, 190);
+  connect(m_table, &QTableView::customContextMenuRequested, this, &MainWindow::runsContextMenu);
+  connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this,
+          &MainWindow::onSelectionChanged);
+  // Column choices: the header's context menu.
+  connect(m_table->horizontalHeader(), &QHeaderView::customContextMenuRequested, this,
+          [this](const QPoint& pos) {
+            QMenu menu(this);
+            for (int c = 1; c < RunTableModel::ColumnCount; ++c) {
+              QAction* a = menu.addAction(
+                  m_model->headerData(c, Qt::Horizontal, Qt::DisplayRole).toString());
+              a->setCheckable(true);
+              a->setChecked(!m_table->isColumnHidden(c));
+              connect(a, &QAction::toggled, this,
+                      [this, c](bool on) { m_table->setColumnHidden(c, !on); });
+            }
+            menu.exec(m_table->horizontalHeader()->mapToGlobal(pos));
+          });
+  connect(m_model, &RunTableModel::checkedChanged, this, &MainWindow::pushChartRuns);
+  layout->addLayout(filters);
+  layout->addWidget(m_table, 1);
+
+  auto* runsDock = new QDockWidget(QStringLiteral("Runs"), this);
+  runsDock->setObjectName(QStringLiteral("runsDock"));
+  runsDock->setWidget(runs);
+  addDockWidget(Qt::LeftDockWidgetArea, runsDock);
+
+  m_details = new RunDetails;
+  auto* detailsDock = new QDockWidget(QStringLiteral("Run details"), this);
+  detailsDock->setObjectName(QStringLiteral("detailsDock"));
+  detailsDock->setWidget(m_details);
+  addDockWidget(Qt::RightDockWidgetArea, detailsDock);
+  resizeDocks({runsDock, detailsDock}, {560, 320}, Qt::Horizontal);
+}
+
+// ---- Settings -----------------------------------------------------------------------------------
+
+void MainWindow::restoreSettings() {
+  QSettings s;
+  if (!restoreGeometry(s.value(QStringLiteral("mainWindow/geometry")).toByteArray()))
+    resize(1500, 900);
+  const QByteArray state = s.value(QStringLiteral("mainWindow/state")).toByteArray();
+  // Another layout version (or a damaged value) gives the default layout, never half of one.
+  if (!state.isEmpty() && !restoreState(state, kLayoutVersion))
+    restoreState(m_defaultState, kLayoutVersion);
+  const QByteArray header = s.value(QStringLiteral("runs/header")).toByteArray();
+  if (!header.isEmpty()) m_table->horizontalHeader()->restoreState(header);
+  CurveSettings c = m_charts->settings();
+  c.x = XAxis(std::clamp(s.value(QStringLiteral("charts/x"), int(c.x)).toInt(), 0, 2));
+  c.logY = s.value(QStringLiteral("charts/logY"), c.logY).toBool();
+  c.smoothing =
+      std::clamp(s.value(QStringLiteral("charts/smoothing"), c.smoothing).toDouble(), 0.0, 0.99);
+  c.movingAverage =
+      std::max(1, s.value(QStringLiteral("charts/movingAverage"), c.movingAverage).toInt());
+  m_charts->setSettings(c);
+}
+
+void MainWindow::saveSettings() {
+  QSettings s;
+  s.setValue(QStringLiteral("mainWindow/geometry"), saveGeometry());
+  s.setValue(QStringLiteral("mainWindow/state"), saveState(kLayoutVersion));
+  s.setValue(QStringLiteral("runs/header"), m_table->horizontalHeader()->saveState());
+  s.setValue(QStringLiteral("runs/roots"), m_roots);
+  const CurveSettings c = m_charts->settings();
+  s.setValue(QStringLiteral("charts/x"), int(c.x));
+  s.setValue(QStringLiteral("charts/logY"), c.logY);
+  s.setValue(QStringLiteral("charts/smoothing"), c.smoothing);
+  s.setValue(QStringLiteral("charts/movingAverage"), c.movingAverage);
+}
+
+void MainWindow::resetLayout() {
+  restoreState(m_defaultState, kLayoutVersion);
+  for (QDockWidget* dock : findChildren<QDockWidget*>()) dock->show();
+  for (int c = 0; c < RunTableModel::ColumnCount; ++c) m_table->setColumnHidden(c, false);
+  QHeaderView* header = m_table->horizontalHeader();
+  for (int c = 0; c < RunTableModel::ColumnCount; ++c)
+    header->moveSection(header->visualIndex(c), c);
+  m_charts->setSettings(CurveSettings{XAxis::Step, true, 0.6, 1});
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  const int running = m_queue->runningCount();
+  if (running > 0 && isVisible() && !qEnvironmentVariableIsSet("FP4LAB_NO_CONFIRM")) {
+    const auto answer = QMessageBox::question(
+        this, QStringLiteral("Runs still running"),
+        QStringLiteral("%1 run(s) launched here are still running. Stop them (each writes a "
+                       "checkpoint and can be resumed) and quit?")
+            .arg(running));
+    if (answer != QMessageBox::Yes) {
+      event->ignore();
+      return;
+    }
+  }
+  saveSettings();
+  // Queued runs that never started say so; running ones checkpoint and stop.
+  for (const QString& id : m_queue->activeIds())
+    if (!m_queue->isRunning(id)) m_queue->stop(id);
+  m_queue->shutdown(60000);
+  event->accept();
+}
+
+// ---- Runs ---------------------------------------------------------------------------------------
+
+void MainWindow::addRoot(const QString& root) {
+  const QString clean = QDir::cleanPath(QDir::current().absoluteFilePath(root));
+  if (m_roots.contains(clean)) return;
+  m_roots << clean;
+  Q_EMIT requestRoots(m_roots);
+}
+
+void MainWindow::removeRoot(const QString& root) {
+  m_roots.removeAll(root);
+  Q_EMIT requestRoots(m_roots);
+}
+
+void MainWindow::refresh() {
+  Q_EMIT requestPoll();
+}
+
+void MainWindow::setLive(bool live) {
+  m_live = live;
+  if (QAction* a = action(QStringLiteral("live")); a && a->isChecked() != live) a->setChecked(live);
+  Q_EMIT requestPaused(!live);
+}
+
+const RunSnapshot* MainWindow::snapshot(const std::string& id) const {
+  const int row = m_model->rowOf(id);
+  return row < 0 ? nullptr : m_model->run(row);
+}
+
+void MainWindow::onSnapshots(RunSnapshotsPtr snapshots) {
+  m_snapshots = snapshots;
+  const std::string selected = selectedRun();
+  m_model->setSnapshots(snapshots);
+  pushChartRuns();
+  m_compare->setRuns(snapshots);
+  m_details->setRun(snapshot(selected.empty() ? m_details->runId() : selected));
+  updateStatusBar();
+  updateActions();
+  Q_EMIT snapshotsApplied();
+}
+
+void MainWindow::pushChartRuns() {
+  m_charts->setRuns(m_snapshots, m_model->checkedIds());
+}
+
+std::string MainWindow::selectedRun() const {
+  const QModelIndexList rows = m_table->selectionModel()->selectedRows();
+  if (rows.isEmpty()) return {};
+  return rows.front().data(RunTableModel::IdRole).toString().toStdString();
+}
+
+void MainWindow::selectRun(const std::string& id) {
+  const int row = m_model->rowOf(id);
+  if (row < 0) return;
+  const QModelIndex index = m_proxy->mapFromSource(m_model->index(row, 0));
+  if (!index.isValid()) {  // filtered out: show it anyway
+    m_filter->clear();
+    m_recipeFacet->setCurrentIndex(0);
+    m_formatFacet->setCurrentIndex(0);
+  }
+  const QModelIndex shown = m_proxy->mapFromSource(m_model->index(row, 0));
+  m_table->selectionModel()->select(
+      shown, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  m_table->scrollTo(shown);
+}
+
+void MainWindow::onSelectionChanged() {
+  const std::string id = selectedRun();
+  m_details->setRun(snapshot(id));
+  m_details->setConsole(m_queue->console(q(id)));
+  m_charts->setSelectedRun(id);
+  updateStatusBar();
+  updateActions();
+}
+
+void MainWindow::updateStatusBar() {
+  int running = 0, queued = 0;
+  if (m_snapshots)
+    for (const auto& r : *m_snapshots)
+      running += r.state() == RunState::Running, queued += r.state() == RunState::Queued;
+  m_pollInfo->setText(QStringLiteral("%1 running, %2 queued").arg(running).arg(queued));
+  const RunSnapshot* r = snapshot(selectedRun());
+  if (!r) {
+    m_progress->setText(QStringLiteral("Select a run to see its progress."));
+    return;
+  }
+  const RunSummary& s = r->summary;
+  QStringList parts;
+  parts << QStringLiteral("%1: %2").arg(q(r->name), QString::fromLatin1(toString(r->state())));
+  if (s.maxSteps > 0) parts << QStringLiteral("step %1/%2").arg(s.step).arg(s.maxSteps);
+  if (std::isfinite(s.lastTrainLoss))
+    parts << QStringLiteral("loss %1").arg(s.lastTrainLoss, 0, 'g', 4);
+  if (std::isfinite(s.lastValLoss))
+    parts << QStringLiteral("val loss %1").arg(s.lastValLoss, 0, 'g', 4);
+  if (std::isfinite(s.tokensPerSecond))
+    parts << QStringLiteral("%1 tok/s").arg(s.tokensPerSecond, 0, 'f', 0);
+  double eta = NAN;
+  if (const JobEvent* e = m_queue->lastEvent(q(r->id));
+      e && e->etaSeconds > 0 && r->state() == RunState::Running)
+    eta = e->etaSeconds;
+  else if (r->state() == RunState::Running && s.step > 0 && s.maxSteps > s.step &&
+           std::isfinite(s.wallSeconds))
+    eta = s.wallSeconds / double(s.step) * double(s.maxSteps - s.step);
+  if (std::isfinite(eta)) parts << QStringLiteral("ETA %1").arg(formatDuration(eta));
+  m_progress->setText(parts.join(QStringLiteral("  \u00b7  ")));
+}
+
+void MainWindow::updateActions() {
+  const RunSnapshot* r = snapshot(selectedRun());
+  const bool any = r != nullptr;
+  const RunState s = r ? r->state() : RunState::Unknown;
+  const bool here = r && m_queue->contains(q(r->id));
+  action(QStringLiteral("stop"))->setEnabled(here || s == RunState::Running);
+  action(QStringLiteral("kill"))->setEnabled(here || s == RunState::Running);
+  action(QStringLiteral("resume"))
+      ->setEnabled(r && !here &&
+                   (s == RunState::Crashed || s == RunState::Cancelled || s == RunState::Failed) &&
+                   !r->folder.latestCheckpoint.empty());
+  action(QStringLiteral("duplicate"))->setEnabled(r && r->folder.hasConfig);
+  action(QStringLiteral("compare formats"))
+      ->setEnabled(r && r->folder.hasConfig && r->folder.config.quantFormat == "none" &&
+                   s == RunState::Finished);
+  action(QStringLiteral("delete"))->setEnabled(any && !here && !isActive(s));
+  for (const char* name : {"copy path", "open folder", "compare with"})
+    action(QString::fromLatin1(name))->setEnabled(any);
+}
+
+void MainWindow::showMessage(const QString& text, bool error) {
+  m_message->setText(text);
+  m_messageBar->setStyleSheet(error ? QStringLiteral("background: #fde7e1;")
+                                    : QStringLiteral("background: #e8f3ea;"));
+  m_messageBar->show();
+}
+
+QString MainWindow::messageText() const {
+  return m_messageBar->isVisible() ? m_message->text() : QString();
+}
+
+void MainWindow::runsContextMenu(const QPoint& pos) {
+  const QModelIndex index = m_table->indexAt(pos);
+  if (index.isValid())
+    m_table->selectionModel()->select(
+        index, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  QMenu menu(this);
+  for (const char* name : std::initializer_list<const char*>{
+           "open folder", "copy path", nullptr, "stop", "kill", "resume", nullptr, "duplicate",
+           "compare formats", "compare with", nullptr, "delete"}) {
+    if (!name)
+      menu.addSeparator();
+    else
+      menu.addAction(action(QString::fromLatin1(name)));
+  }
+  menu.exec(m_table->viewport()->mapToGlobal(pos));
+}
+
+// ---- Launching ----------------------------------------------------------------------------------
+
+void MainWindow::newRun(const run::RunConfig* prefill, const QString& file) {
+  NewRunDialog dialog(this);
+  if (prefill) dialog.setConfig(*prefill);
+  QString error;
+  if (!file.isEmpty() && !dialog.openFile(file, &error)) {
+    showMessage(QStringLiteral("Cannot open %1: %2").arg(file, error));
+    return;
+  }
+  if (dialog.exec() != QDialog::Accepted) return;
+  launch(dialog.config());
+}
+
+QString MainWindow::launch(const run::RunConfig& config, const QString& root) {
+  const QString base = !root.isEmpty() ? root
+                       : !m_roots.isEmpty()
+                           ? m_roots.front()
+                           : QDir::current().absoluteFilePath(QStringLiteral("runs"));
+  const QString dir = freshRunDir(base, q(config.name));
+  try {
+    config.validate();
+    files::createDirectories(dir.toStdString());
+    run::RunConfig c = config;
+    c.outputDir = base.toStdString();
+    files::writeFileAtomically(files::join(dir.toStdString(), "run.yaml"), c.toYaml());
+    run::writeRunStatus(dir.toStdString(), RunState::Queued, 0, c.recipe == "ptq" ? 0 : c.maxSteps,
+                        "queued in the workbench");
+  } catch (const std::exception& e) {
+    showMessage(QStringLiteral("Cannot queue the run: %1").arg(QString::fromUtf8(e.what())));
+    return {};
+  }
+  if (!m_roots.contains(base)) addRoot(base);
+  Job job;
+  job.id = dir;
+  job.label = q(config.name);
+  job.args = {QStringLiteral("train"),
+              QStringLiteral("--config"),
+              dir + QStringLiteral("/run.yaml"),
+              QStringLiteral("--output-dir"),
+              dir,
+              QStringLiteral("--events"),
+              QStringLiteral("jsonl")};
+  m_queue->enqueue(job);
+  Q_EMIT requestPoll();
+  return dir;
+}
+
+QString MainWindow::runExperiment(const QStringList& extraArgs, const QString& dirIn) {
+  const QString base = !m_roots.isEmpty()
+                           ? QFileInfo(m_roots.front()).absoluteFilePath()
+                           : QDir::current().absoluteFilePath(QStringLiteral("runs"));
+  const QString dir = !dirIn.isEmpty() ? QDir::cleanPath(QDir::current().absoluteFilePath(dirIn))
+                                       : freshRunDir(base, QStringLiteral("experiment"));
+  QDir().mkpath(dir);
+  Job job;
+  job.id = dir;
+  job.label = QStringLiteral("built-in experiment");
+  job.args =
+      QStringList{QStringLiteral("experiment"), QStringLiteral("--output-dir"), dir} + extraArgs;
+  if (!m_queue->enqueue(job)) {
+    showMessage(QStringLiteral("The experiment in %1 is already running.").arg(dir));
+    return {};
+  }
+  m_experiments.insert(dir);
+  addRoot(dir);
+  showMessage(
+      QStringLiteral("The built-in experiment runs in %1; its runs appear as they start.").arg(dir),
+      false);
+  return dir;
+}
+
+QStringList MainWindow::compareFormats(const std::string& runOrModel) {
+  run::RunConfig base;
+  std::string model = runOrModel;
+  if (const RunSnapshot* r = snapshot(runOrModel)) {
+    if (!r->folder.hasConfig || r->folder.config.quantFormat != "none") {
+      showMessage(
+          QStringLiteral("Compare formats starts from a BF16 run (SFT) or a model folder."));
+      return {};
+    }
+    base = r->folder.config;
+    model = files::join(r->id, "model");
+    if (!files::isDirectory(model)) {
+      showMessage(QStringLiteral("%1 has no saved model yet (model/): wait for it to finish.")
+                      .arg(q(r->id)));
+      return {};
+    }
+  }
+  const std::string stem =
+      files::baseName(files::parentOf(model).empty() ? model : files::parentOf(model));
+  QStringList dirs;
+  for (const char* recipe : {"ptq", "qat", "qad"}) {
+    for (const char* format : {"mxfp4", "nvfp4"}) {
+      run::RunConfig c = base;
+      c.recipe = recipe;
+      c.quantFormat = format;
+      c.modelPath = model;
+      c.name = std::string(recipe) + "-" + format;
+      c.teacher.clear();
+      c.reference = model;
+      c.origins.clear();
+      const QString dir = launch(c);
+      if (dir.isEmpty()) return dirs;
+      dirs << dir;
+    }
+  }
+  m_groups[q(stem)] = dirs;
+  showMessage(QStringLiteral("Queued PTQ, QAT and QAD in MXFP4 and NVFP4 from %1.").arg(q(model)),
+              false);
+  return dirs;
+}
+
+bool MainWindow::stopRun(const std::string& id) {
+  if (id.empty()) return false;
+  if (m_queue->contains(q(id))) {
+    const bool queued = !m_queue->isRunning(q(id));
+    m_queue->stop(q(id));
+    if (queued) {
+      try {
+        run::writeRunStatus(id, RunState::Cancelled, 0, 0, "taken off the queue before it started");
+      } catch (const std::exception& e) {
+        showMessage(QString::fromUtf8(e.what()));
+      }
+    }
+    Q_EMIT requestPoll();
+    return true;
+  }
+  // A run started elsewhere (a shell): its pid, which readRunFolder checked is still its writer.
+  const RunSnapshot* r = snapshot(id);
+  if (r && r->state() == RunState::Running && r->folder.pid > 0) {
+    ::kill(r->folder.pid, SIGTERM);
+    return true;
+  }
+  return false;
+}
+
+bool MainWindow::killRun(const std::string& id) {
+  if (id.empty()) return false;
+  if (m_queue->contains(q(id))) return m_queue->kill(q(id));
+  const RunSnapshot* r = snapshot(id);
+  if (r && r->state() == RunState::Running && r->folder.pid > 0) {
+    ::kill(r->folder.pid, SIGKILL);
+    return true;
+  }
+  return false;
+}
+
+bool MainWindow::resumeRun(const std::string& id) {
+  const RunSnapshot* r = snapshot(id);
+  if (!r || m_queue->contains(q(id))) return false;
+  if (r->folder.latestCheckpoint.empty()) {
+    showMessage(QStringLiteral("%1 has no complete checkpoint to resume from.").arg(q(id)));
+    return false;
+  }
+  Job job;
+  job.id = q(id);
+  job.label = q(r->name);
+  job.args = {QStringLiteral("train"),
+              QStringLiteral("--resume-from-checkpoint"),
+              QStringLiteral("latest"),
+              QStringLiteral("--output-dir"),
+              q(id),
+              QStringLiteral("--events"),
+              QStringLiteral("jsonl")};
+  m_queue->enqueue(job);
+  Q_EMIT requestPoll();
+  return true;
+}
+
+bool MainWindow::deleteRun(const std::string& id, bool confirmed) {
+  const RunSnapshot* r = snapshot(id);
+  if (!r || !confirmed) return false;
+  if (m_queue->contains(q(id)) || isActive(r->state())) {
+    showMessage(QStringLiteral("%1 is %2: stop it before deleting it.")
+                    .arg(q(r->name), QString::fromLatin1(toString(r->state()))));
+    return false;
+  }
+  // Renamed first (instant, and the scan no longer sees a run), removed in the background.
+  const std::string trash = files::join(files::parentOf(id), ".deleting-" + files::baseName(id));
+  if (::rename(id.c_str(), trash.c_str()) != 0) {
+    showMessage(
+        QStringLiteral("Cannot delete %1: %2").arg(q(id), QString::fromLocal8Bit(strerror(errno))));
+    return false;
+  }
+  std::thread([trash] { files::removeTree(trash); }).detach();
+  Q_EMIT requestPoll();
+  return true;
+}
+
+void MainWindow::onJobFinished(const QString& id, JobState state, const QString& message) {
+  if (state == JobState::Failed || state == JobState::Crashed)
+    showMessage(QStringLiteral("%1 %2: %3")
+                    .arg(QFileInfo(id).fileName(), QString::fromLatin1(toString(state)), message));
+  if (m_experiments.count(id)) {
+    m_experiments.erase(id);
+    if (state == JobState::Finished) openReport(id);
+  }
+  Q_EMIT requestPoll();
+  updateActions();
+}
+
+void MainWindow::openReport(const QString& dir) {
+  const QString path = dir + QStringLiteral("/report.md");
+  QFile file(path);
+  if (!file.open(QIODevice::ReadOnly)) {
+    showMessage(QStringLiteral("The experiment ended without a report (%1).").arg(path));
+    return;
+  }
+  auto* browser = new QTextBrowser;
+  browser->setObjectName(QStringLiteral("experiment report"));
+  browser->setAccessibleName(QStringLiteral("experiment report"));
+  browser->setToolTip(path);
+  browser->setSearchPaths({dir});
+  browser->setOpenExternalLinks(true);
+  browser->setMarkdown(QString::fromUtf8(file.readAll()));
+  m_tabs->setCurrentIndex(
+      m_tabs->addTab(browser, QStringLiteral("Report: %1").arg(QFileInfo(dir).fileName())));
+}
+
+}  // namespace fp4lab::widgets
