@@ -6,14 +6,8 @@ include(GNUInstallDirs)
 set(FP4LAB_APP_ID org.fp4lab.Workbench)
 set(_fp4lab_pkg_prefix /usr)
 
-# The engine finds its shipped model under ${CMAKE_INSTALL_PREFIX}/share/fp4lab, fixed at configure
-# time (engine/CMakeLists.txt); the package installs under /usr (Debian policy). With another
-# prefix the packaged fp4lab misses that copy and trains the model into the cache on first use.
-if(NOT CMAKE_INSTALL_PREFIX STREQUAL _fp4lab_pkg_prefix)
-  message(STATUS "fp4lab package: CMAKE_INSTALL_PREFIX is ${CMAKE_INSTALL_PREFIX}, not "
-                 "${_fp4lab_pkg_prefix}: the .deb's fp4lab will not find its shipped model "
-                 "(configure with -DCMAKE_INSTALL_PREFIX=/usr for a package)")
-endif()
+# The engine finds its shipped model next to the executable (<bin>/../share/fp4lab,
+# engine/run/model_source.cpp), so the package may install under /usr whatever the build's prefix.
 
 # LibTorch comes from the torch wheel in a virtual environment that a user's machine does not
 # have, and no Debian package provides it (nor the CUDA libraries the wheel's libtorch_cuda.so

@@ -46,4 +46,26 @@ if ! have_torch; then
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir "torch==${TORCH_VERSION}" >&2
   have_torch || { log "torch ${TORCH_VERSION} does not import from $VENV"; exit 1; }
 fi
+# Test-only: the libraries the users' other tools are built on, to cross-check fp4lab's files
+# against (the product never imports Python). Pinned, and constrained to the pinned torch so that
+# installing them can never move it.
+TEST_PACKAGES=(transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 gguf==0.19.0
+               compressed-tensors==0.20.1 numpy==2.4.6)
+have_test_packages() {
+  "$VENV/bin/python" - "${TEST_PACKAGES[@]}" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(0 if all(version(p.split("==")[0]) == p.split("==")[1] for p in sys.argv[1:]) else 1)
+PY
+}
+if ! have_test_packages; then
+  log "installing the test-only Python packages into $VENV"
+  constraints=$(mktemp)
+  echo "torch==${TORCH_VERSION}" > "$constraints"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir -c "$constraints" \
+    "${TEST_PACKAGES[@]}" >&2
+  rm -f "$constraints"
+  have_test_packages || { log "the test packages do not import from $VENV"; exit 1; }
+  have_torch || { log "installing the test packages moved torch off ${TORCH_VERSION}"; exit 1; }
+fi
 echo "$VENV"

@@ -173,7 +173,7 @@ void fitAxis(QValueAxis& axis, double lo, double hi, bool integers) {
   if (integers) {
     axis.setRange(std::max(0.0, lo), hi > lo ? hi : lo + 1);
     axis.applyNiceNumbers();
-    axis.setLabelFormat(QStringLiteral("%d"));
+    axis.setLabelFormat(QStringLiteral("%g"));
     return;
   }
   axis.setRange(lo - pad, hi + pad);
@@ -370,7 +370,7 @@ void CompareView::buildUi() {
   auto addAxes = [](QChart* chart, QValueAxis*& x, QValueAxis*& y, const QString& yTitle) {
     x = new QValueAxis;
     styleAxis(*x, tr("optimizer step"));
-    x->setLabelFormat(QStringLiteral("%d"));
+    x->setLabelFormat(QStringLiteral("%g"));
     chart->addAxis(x, Qt::AlignBottom);
     y = new QValueAxis;
     styleAxis(*y, yTitle);
@@ -846,7 +846,7 @@ void CompareView::updateCharts(const Curve& a, const Curve& b) {
   m_zeroLine->replace(QList<QPointF>{QPointF(m_overlayX->min(), 0), QPointF(m_overlayX->max(), 0)});
   m_diffX->setRange(m_overlayX->min(), m_overlayX->max());
   m_diffX->setTickCount(m_overlayX->tickCount());
-  m_diffX->setLabelFormat(QStringLiteral("%d"));
+  m_diffX->setLabelFormat(QStringLiteral("%g"));
   double dMin = 0, dMax = 0;
   for (const auto& p : m_dataDiff) dMin = std::min(dMin, p.second), dMax = std::max(dMax, p.second);
   fitAxis(*m_diffY, dMin, dMax, false);

@@ -163,7 +163,9 @@ CurvePanel::CurvePanel(const std::string& series, const QString& title, QWidget*
   chart->setAnimationOptions(QChart::NoAnimation);
   chart->setBackgroundRoundness(0);
   chart->setTitle(title);
-  chart->legend()->setAlignment(Qt::AlignBottom);
+  // No legend: a panel is a third of a screen wide and nine names do not fit; the colours are the
+  // runs table's, and the hover read-out names every run.
+  chart->legend()->hide();
   // Reserved margins: a wider tick label must not make the plot area jump.
   chart->setMargins(QMargins(4, 4, 12, 4));
   auto* x = new QValueAxis;
@@ -408,8 +410,12 @@ int CurvePanel::redrawNow() {
   // About one label per 40 pixels of height: Qt elides labels that crowd each other.
   const int labels = std::clamp(int(ch->plotArea().height() / 40), 2, 8);
   if (m_settings.logY) {
-    for (double v : detail::logAxisLabels(std::pow(10.0, lo), std::pow(10.0, hi), labels))
-      yAxis->append(formatY(v), std::log10(v));
+    std::vector<double> values =
+        detail::logAxisLabels(std::pow(10.0, lo), std::pow(10.0, hi), labels);
+    // A range too narrow for the log ladders gets evenly spaced values, possibly more than fit.
+    const size_t every = (values.size() + size_t(labels) - 1) / size_t(labels);
+    for (size_t i = 0; i < values.size(); i += std::max<size_t>(1, every))
+      yAxis->append(formatY(values[i]), std::log10(values[i]));
   } else {
     const double rough = (hi - lo) / labels, mag = std::pow(10.0, std::floor(std::log10(rough)));
     const double step = rough / mag >= 5 ? 5 * mag : rough / mag >= 2 ? 2 * mag : mag;
@@ -427,7 +433,10 @@ int CurvePanel::redrawNow() {
     m_labelChars = widest;
     ch->layout()->invalidate();
   }
-  QString description = QStringLiteral("%1: %2 runs").arg(m_title).arg(m_curves.size());
+  QStringList names;
+  for (const auto& [id, c] : m_curves) names << QString::fromStdString(c->name);
+  QString description =
+      QStringLiteral("%1 of %2 runs: %3").arg(m_title).arg(m_curves.size()).arg(names.join(", "));
   m_view->setAccessibleDescription(description);
   return points;
 }

@@ -258,6 +258,14 @@ void MainWindow::buildActions() {
   make(QStringLiteral("compare formats"), QStringLiteral("Compare &formats"),
        QStringLiteral("PTQ, QAT and QAD in MXFP4 and NVFP4 from the selected BF16 run's model"),
        QKeySequence(), [this] { compareFormats(selectedRun()); });
+  make(QStringLiteral("compare formats on folder"),
+       QStringLiteral("Compare formats on a model &folder\u2026"),
+       QStringLiteral("PTQ, QAT and QAD in MXFP4 and NVFP4 from a BF16 Hugging Face folder"),
+       QKeySequence(), [this] {
+         const QString dir =
+             QFileDialog::getExistingDirectory(this, QStringLiteral("BF16 model folder"));
+         if (!dir.isEmpty()) compareFormats(dir.toStdString());
+       });
   make(QStringLiteral("compare with"), QStringLiteral("Compare &with\u2026"),
        QStringLiteral("the selected run as B in the Compare tab"), QKeySequence(), [this] {
          m_compare->setPair(m_compare->runA(), selectedRun());
@@ -290,7 +298,8 @@ void MainWindow::buildActions() {
 
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(QStringLiteral("&File"));
-  for (const char* name : {"new run", "open config", "add run folder", "run experiment"})
+  for (const char* name :
+       {"new run", "open config", "add run folder", "run experiment", "compare formats on folder"})
     file->addAction(action(QString::fromLatin1(name)));
   file->addSeparator();
   file->addAction(action(QStringLiteral("quit")));
@@ -348,10 +357,12 @@ void MainWindow::buildDocks() {
           [this] { m_proxy->setFormat(m_formatFacet->currentData().toString()); });
   auto* facetLabel = new QLabel(QStringLiteral("S&how:"));
   facetLabel->setBuddy(m_recipeFacet);
-  filters->addWidget(m_filter, 1);
+  m_filter->setMinimumWidth(160);
+  layout->addWidget(m_filter);
   filters->addWidget(facetLabel);
   filters->addWidget(m_recipeFacet);
   filters->addWidget(m_formatFacet);
+  filters->addStretch(1);
   m_table = new QTableView;
   m_table->setObjectName(QStringLiteral("runs table"));
   m_table->setAccessibleName(QStringLiteral("runs table"));

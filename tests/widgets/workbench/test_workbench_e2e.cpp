@@ -7,7 +7,15 @@
 
 #include <signal.h>
 
+#include <QAbstractButton>
+#include <QAbstractItemView>
+#include <QAbstractSlider>
+#include <QAbstractSpinBox>
+#include <QComboBox>
 #include <QDockWidget>
+#include <QLineEdit>
+#include <QScrollBar>
+#include <QTabBar>
 #include <QHeaderView>
 #include <QSettings>
 #include <QTableView>
@@ -118,6 +126,9 @@ TEST_CASE(
   // A running run is never deleted; a finished one is, after confirmation only.
   CHECK_FALSE(w.deleteRun(first.toStdString(), false));
   CHECK(files::isDirectory(first.toStdString()));
+  // status.json says finished just before the process exits: the queue follows within seconds.
+  CHECK(waitFor([&] { return w.queue()->activeIds().isEmpty(); }, 30000));
+  CHECK(w.queue()->state(first) == JobState::Finished);
   w.close();
 }
 
@@ -173,4 +184,39 @@ TEST_CASE("layout: saved and restored; another version's state is not half-resto
     CHECK(w.findChild<QDockWidget*>(QStringLiteral("detailsDock"))->isVisible());
   }
   QSettings().clear();
+}
+
+TEST_CASE("accessibility lint: every interactive widget of the window has a name and a tooltip",
+          "[a11y]") {
+  WorkbenchOptions options;
+  TempDir tmp;
+  options.roots = {QString::fromStdString(tmp.file("runs"))};
+  options.program = QStringLiteral("/bin/false");
+  MainWindow w(options);
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  int checked = 0;
+  for (QWidget* widget : w.findChildren<QWidget*>()) {
+    const bool interactive =
+        qobject_cast<QAbstractButton*>(widget) || qobject_cast<QLineEdit*>(widget) ||
+        qobject_cast<QComboBox*>(widget) || qobject_cast<QAbstractSpinBox*>(widget) ||
+        qobject_cast<QAbstractSlider*>(widget) || qobject_cast<QAbstractItemView*>(widget);
+    if (!interactive || !widget->isVisibleTo(&w)) continue;
+    // Qt's own parts of composite widgets: tab-bar scroll arrows, line-edit clear buttons,
+    // scroll bars, a combo box's popup list, dock title buttons.
+    const QWidget* parent = widget->parentWidget();
+    if (widget->objectName().startsWith(QLatin1String("qt_")) ||
+        qobject_cast<QScrollBar*>(widget) || qobject_cast<QHeaderView*>(widget) || qobject_cast<const QTabBar*>(parent) ||
+        qobject_cast<const QLineEdit*>(parent) || qobject_cast<const QComboBox*>(parent) ||
+        qobject_cast<const QDockWidget*>(parent) || qobject_cast<const QAbstractSpinBox*>(parent))
+      continue;
+    ++checked;
+    // A button with text is announced by its text; anything else needs a name.
+    const auto* button = qobject_cast<QAbstractButton*>(widget);
+    const bool named = !widget->accessibleName().isEmpty() || (button && !button->text().isEmpty());
+    INFO(widget->metaObject()->className() << " '" << widget->objectName().toStdString() << "'");
+    CHECK(named);
+    CHECK_FALSE(widget->toolTip().isEmpty());
+  }
+  CHECK(checked > 15);
 }
