@@ -7,6 +7,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSlider>
 #include <QSpinBox>
 #include <QVBoxLayout>
@@ -72,6 +73,10 @@ ChartsPage::ChartsPage(QWidget* parent) : QWidget(parent) {
   scroll->setWidget(gridHost);
   scroll->setFrameShape(QFrame::NoFrame);
   scroll->setObjectName(QStringLiteral("charts"));
+  // Panels scrolled out of view skip their frames; scrolling brings them up to date.
+  connect(scroll->verticalScrollBar(), &QScrollBar::valueChanged, this, [this] {
+    for (CurvePanel* p : m_panels) p->markDirty();
+  });
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addLayout(bar);
@@ -96,6 +101,8 @@ CurvePanel* ChartsPage::addPanel(const std::string& series, const QString& title
   auto* panel = new CurvePanel(series, title);
   if (!logAllowed) m_linearOnly.insert(series);
   connect(panel, &CurvePanel::runSelected, this, &ChartsPage::runSelected);
+  // Staggered frames: each panel paints in its own turn of the event loop.
+  panel->setFrameDelayMs(33 + 40 * int(m_panels.size()));
   m_panels.push_back(panel);
   return panel;
 }

@@ -9,12 +9,21 @@
 
 namespace fp4lab::widgets {
 
-BucketedCurve bucketCurve(const Points& points, double x0, double x1, int buckets) {
+namespace {
+
+template <typename P>
+std::pair<double, double> asDouble(const P& p) {
+  return {double(p.first), double(p.second)};
+}
+
+template <typename PointList>
+BucketedCurve bucketAny(const PointList& points, double x0, double x1, int buckets) {
+  using Point = typename PointList::value_type;
   BucketedCurve out;
   if (points.empty()) return out;
   buckets = std::max(1, buckets);
   if (!(x0 <= x1)) std::swap(x0, x1);
-  const auto byX = [](const std::pair<double, double>& p, double x) { return p.first < x; };
+  const auto byX = [](const Point& p, double x) { return double(p.first) < x; };
   // [first, last): the points inside [x0, x1], widened by one on each side.
   auto first = std::lower_bound(points.begin(), points.end(), x0, byX);
   auto last =
@@ -23,10 +32,11 @@ BucketedCurve bucketCurve(const Points& points, double x0, double x1, int bucket
   const bool before = first != points.begin(), after = last != points.end();
   const size_t inside = size_t(last - first);
   if (inside <= size_t(2 * buckets)) {
-    out.line.assign(before ? first - 1 : first, after ? last + 1 : last);
+    for (auto it = before ? first - 1 : first; it != (after ? last + 1 : last); ++it)
+      out.line.push_back(asDouble(*it));
     return out;
   }
-  if (before) out.line.push_back(*(first - 1));
+  if (before) out.line.push_back(asDouble(*(first - 1)));
   // Bucket of a point: floor((x - x0) / width), the last bucket closed at x1.
   const double width = (x1 - x0) / buckets;
   const auto bucketOf = [&](double x) {
@@ -34,21 +44,47 @@ BucketedCurve bucketCurve(const Points& points, double x0, double x1, int bucket
   };
   auto it = first;
   while (it != last) {
-    const int b = bucketOf(it->first);
+    const int b = bucketOf(double(it->first));
     double lo = it->second, hi = it->second;
     auto end = it + 1;
-    for (; end != last && bucketOf(end->first) == b; ++end) {
-      lo = std::min(lo, end->second);
-      hi = std::max(hi, end->second);
+    for (; end != last && bucketOf(double(end->first)) == b; ++end) {
+      lo = std::min(lo, double(end->second));
+      hi = std::max(hi, double(end->second));
     }
-    const auto& lastPoint = *(end - 1);
+    const std::pair<double, double> lastPoint = asDouble(*(end - 1));
     out.line.push_back(lastPoint);
     out.low.emplace_back(lastPoint.first, lo);
     out.high.emplace_back(lastPoint.first, hi);
     it = end;
   }
-  if (after) out.line.push_back(*last);
+  if (after) out.line.push_back(asDouble(*last));
   return out;
+}
+
+template <typename PointList>
+double valueAtAny(const PointList& points, double x) {
+  using Point = typename PointList::value_type;
+  const auto it = std::upper_bound(points.begin(), points.end(), x,
+                                   [](double v, const Point& p) { return v < double(p.first); });
+  if (it == points.begin()) return std::numeric_limits<double>::quiet_NaN();
+  return double((it - 1)->second);
+}
+
+}  // namespace
+
+BucketedCurve bucketCurve(const Points& points, double x0, double x1, int buckets) {
+  return bucketAny(points, x0, x1, buckets);
+}
+
+BucketedCurve bucketCurve(const FloatPoints& points, double x0, double x1, int buckets) {
+  return bucketAny(points, x0, x1, buckets);
+}
+
+double valueAt(const Points& points, double x) {
+  return valueAtAny(points, x);
+}
+double valueAt(const FloatPoints& points, double x) {
+  return valueAtAny(points, x);
 }
 
 std::vector<double> movingAverage(const std::vector<double>& y, int window) {
@@ -87,14 +123,6 @@ Points smoothCurve(const Points& points, double emaWeight, int movingAverageWind
   Points out = points;
   for (size_t i = 0; i < out.size(); ++i) out[i].second = y[i];
   return out;
-}
-
-double valueAt(const Points& points, double x) {
-  const auto it =
-      std::upper_bound(points.begin(), points.end(), x,
-                       [](double v, const std::pair<double, double>& p) { return v < p.first; });
-  if (it == points.begin()) return std::numeric_limits<double>::quiet_NaN();
-  return (it - 1)->second;
 }
 
 }  // namespace fp4lab::widgets

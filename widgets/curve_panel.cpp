@@ -3,7 +3,7 @@
 
 #include <QAction>
 #include <QApplication>
-#include <QAreaSeries>
+#include <QAbstractScrollArea>
 #include <QCategoryAxis>
 #include <QChart>
 #include <QChartView>
@@ -67,18 +67,32 @@ QString formatY(double v) {
 
 }  // namespace
 
-// What one shown run contributes: its points (log10 when the axis is log), smoothed, and the
-// series that draw it.
+// What one shown run contributes: its points (log10 when the axis is log), smoothed, in single
+// precision, and the series that draw it. The raw points are kept only for runs drawn in detail
+// (their faint raw curve and min/max band): the selected run, or every run when few are shown.
 struct CurvePanel::RunCurve {
   std::shared_ptr<const RunCurves> source;  // the curves the cache was built from
   CurveSettings settings;
   std::string name;
-  Points raw, shown;  // transformed (log10) and smoothed; x increasing
+  FloatPoints shown;  // transformed and smoothed; x non-decreasing
+  FloatPoints raw;    // transformed, not smoothed; empty unless drawn in detail with smoothing
+  bool rawBuilt = false;
+  // What the series hold now: a frame that would hand them the same points skips replace().
+  struct Key {
+    const RunCurves* source = nullptr;
+    double x0 = 0, x1 = 0;
+    int buckets = 0;
+    bool detail = false, selected = false;
+    CurveSettings settings;
+    bool operator==(const Key& o) const {
+      return source == o.source && x0 == o.x0 && x1 == o.x1 && buckets == o.buckets &&
+             detail == o.detail && selected == o.selected && settings == o.settings;
+    }
+  } drawn;
+  double yLo = kInf, yHi = -kInf;  // the drawn line's range inside [x0, x1]
   QLineSeries* line = nullptr;
   QLineSeries* faint = nullptr;  // the raw curve under a smoothed one
-  QAreaSeries* band = nullptr;   // min/max per bucket
-  QLineSeries* bandHigh = nullptr;
-  QLineSeries* bandLow = nullptr;
+  QLineSeries* band = nullptr;   // min/max per bucket, as a zigzag through each bucket's extremes
 };
 
 // Mouse handling of the chart: rubber band and wheel zoom on x, hover read-out, click to select,
@@ -200,7 +214,8 @@ CurvePanel::CurvePanel(const std::string& series, const QString& title, QWidget*
   m_frame->setSingleShot(true);
   m_frame->setInterval(33);
   connect(m_frame, &QTimer::timeout, this, [this] {
-    if (m_dirty && isVisible()) redrawNow();
+    // A panel scrolled out of view waits until it is scrolled back (ChartsPage asks again).
+    if (m_dirty && onScreen()) redrawNow();
   });
 }
 
@@ -208,6 +223,24 @@ CurvePanel::~CurvePanel() = default;
 
 QChart* CurvePanel::chart() const {
   return m_view->chart();
+}
+
+bool CurvePanel::onScreen() const {
+  if (!isVisible()) return false;
+  // Inside a scroll area: only when some of it lies in the viewport. (visibleRegion() would say
+  // this too, but is empty on platforms without real exposure, such as offscreen.)
+  for (const QWidget* w = parentWidget(); w; w = w->parentWidget()) {
+    if (const auto* area = qobject_cast<const QAbstractScrollArea*>(w)) {
+      const QWidget* viewport = area->viewport();
+      const QRect mine(mapTo(viewport, QPoint(0, 0)), size());
+      return viewport->rect().intersects(mine);
+    }
+  }
+  return true;
+}
+
+void CurvePanel::setFrameDelayMs(int ms) {
+  m_frame->setInterval(std::max(1, ms));
 }
 
 void CurvePanel::markDirty() {
@@ -244,6 +277,7 @@ void CurvePanel::setSettings(const CurveSettings& settings) {
 void CurvePanel::setSelectedRun(const std::string& id) {
   if (id == m_selected) return;
   m_selected = id;
+  m_cacheDirty = true;  // the selected run is drawn in detail (its raw points)
   markDirty();
 }
 
@@ -267,8 +301,47 @@ bool CurvePanel::hasData() const {
   return false;
 }
 
+namespace {
+
+// A run's series in the chart's units: x as chosen, sorted (wall time and tokens may step back
+// across a resume), log10 of the positive values on a log axis.
+Points chartPoints(const RunCurves& curves, const std::string& series, const CurveSettings& s) {
+  Points raw = curves.series(series, s.x);
+  const auto byX = [](const auto& a, const auto& b) { return a.first < b.first; };
+  if (!std::is_sorted(raw.begin(), raw.end(), byX)) std::stable_sort(raw.begin(), raw.end(), byX);
+  if (s.logY) {
+    Points positive;
+    positive.reserve(raw.size());
+    for (const auto& [x, y] : raw)
+      if (y > 0) positive.emplace_back(x, std::log10(y));
+    raw = std::move(positive);
+  }
+  return raw;
+}
+
+FloatPoints toFloat(const Points& p) {
+  FloatPoints out;
+  out.reserve(p.size());
+  for (const auto& [x, y] : p) out.emplace_back(float(x), float(y));
+  return out;
+}
+
+bool smoothed(const CurveSettings& s) {
+  return s.smoothing > 0 || s.movingAverage > 1;
+}
+
+}  // namespace
+
+bool CurvePanel::inDetail(const std::string& id) const {
+  return id == m_selected || m_curves.size() <= kDetailedRuns;
+}
+
 void CurvePanel::rebuildCache() {
-  m_cacheDirty = false;
+  // At most about this many points are transformed per frame, so 20 runs of 100 000 steps load
+  // over a few frames instead of stalling the GUI thread for one long one.
+  constexpr size_t kPointsPerFrame = 100000;
+  size_t budget = kPointsPerFrame;
+  bool pending = false;
   std::set<std::string> keep;
   if (m_runs) {
     for (const RunSnapshot& run : *m_runs) {
@@ -276,34 +349,41 @@ void CurvePanel::rebuildCache() {
       keep.insert(run.id);
       auto& c = m_curves[run.id];
       if (!c) c = std::make_unique<RunCurve>();
-      if (c->source == run.curves && c->settings == m_settings) continue;
-      c->source = run.curves;
-      c->settings = m_settings;
       c->name = run.name;
-      Points raw = run.curves->series(m_series, m_settings.x);
-      // Wall time and tokens may repeat or step back across a resume: keep x non-decreasing.
-      std::stable_sort(raw.begin(), raw.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
-      if (m_settings.logY) {
-        Points positive;
-        positive.reserve(raw.size());
-        for (const auto& [x, y] : raw)
-          if (y > 0) positive.emplace_back(x, std::log10(y));
-        raw = std::move(positive);
+      const bool stale = c->source != run.curves || c->settings != m_settings;
+      const bool needRaw = smoothed(m_settings) && inDetail(run.id) && !c->rawBuilt;
+      if (!stale && !needRaw) continue;
+      if (budget == 0) {
+        pending = true;
+        continue;
       }
-      c->shown = smoothCurve(raw, m_settings.smoothing, m_settings.movingAverage);
-      c->raw = std::move(raw);
+      const Points raw = chartPoints(*run.curves, m_series, m_settings);
+      budget -= std::min(budget, raw.size());
+      if (stale) {
+        c->source = run.curves;
+        c->settings = m_settings;
+        c->shown = toFloat(smoothCurve(raw, m_settings.smoothing, m_settings.movingAverage));
+        c->raw.clear();
+        c->rawBuilt = false;
+      }
+      if (smoothed(m_settings) && inDetail(run.id)) {
+        c->raw = toFloat(raw);
+        c->rawBuilt = true;
+      } else if (!inDetail(run.id) && c->rawBuilt) {
+        c->raw.clear();
+        c->raw.shrink_to_fit();
+        c->rawBuilt = false;
+      }
     }
   }
+  m_cacheDirty = pending;
   QChart* ch = chart();
   for (auto it = m_curves.begin(); it != m_curves.end();) {
     if (keep.count(it->first)) {
       ++it;
       continue;
     }
-    for (QAbstractSeries* s : {static_cast<QAbstractSeries*>(it->second->line),
-                               static_cast<QAbstractSeries*>(it->second->faint),
-                               static_cast<QAbstractSeries*>(it->second->band)}) {
+    for (QLineSeries* s : {it->second->line, it->second->faint, it->second->band}) {
       if (!s) continue;
       ch->removeSeries(s);
       delete s;
@@ -314,7 +394,7 @@ void CurvePanel::rebuildCache() {
 
 int CurvePanel::redrawNow() {
   if (m_cacheDirty) rebuildCache();
-  m_dirty = false;
+  m_dirty = m_cacheDirty;  // runs still to load: another frame follows
   QChart* ch = chart();
   auto* xAxis = qobject_cast<QValueAxis*>(ch->axes(Qt::Horizontal).value(0));
   auto* yAxis = qobject_cast<QCategoryAxis*>(ch->axes(Qt::Vertical).value(0));
@@ -324,80 +404,97 @@ int CurvePanel::redrawNow() {
     double lo = kInf, hi = -kInf;
     for (const auto& [id, c] : m_curves) {
       if (c->shown.empty()) continue;
-      lo = std::min(lo, c->shown.front().first);
-      hi = std::max(hi, c->shown.back().first);
+      lo = std::min(lo, double(c->shown.front().first));
+      hi = std::max(hi, double(c->shown.back().first));
     }
     if (!(lo <= hi)) lo = 0, hi = 1;
     if (hi == lo) lo -= 0.5, hi += 0.5;
     m_x0 = lo, m_x1 = hi;
   }
-  const int width = std::max(50, int(ch->plotArea().width() > 0 ? ch->plotArea().width() : 600));
-  const bool smoothing = m_settings.smoothing > 0 || m_settings.movingAverage > 1;
+  // One bucket per two pixels, within a budget of points per chart: Qt Charts spends about 10 us
+  // per point on a replace() and its paint (docs/performance.md), so 20 runs share 4000 points.
+  constexpr int kPointBudget = 4000;
+  const double plotWidth = ch->plotArea().width() > 0 ? ch->plotArea().width() : 600;
+  const int buckets = std::clamp(kPointBudget / std::max<int>(1, int(m_curves.size())), 50,
+                                 std::max(50, int(plotWidth / 2)));
+  const bool smoothing = smoothed(m_settings);
   double yLo = kInf, yHi = -kInf;
   int points = 0;
-  const auto addSeries = [&](QAbstractSeries* s) {
+  const auto addSeries = [&](QLineSeries* s, bool inLegend) {
     ch->addSeries(s);
     s->attachAxis(xAxis);
     s->attachAxis(yAxis);
+    for (QLegendMarker* m : ch->legend()->markers(s)) m->setVisible(inLegend);
+  };
+  const auto drop = [&](QLineSeries*& s) {
+    if (!s) return;
+    ch->removeSeries(s);
+    delete s;
+    s = nullptr;
   };
   for (const auto& [id, c] : m_curves) {
-    const QColor colour = runColour(c->name);
-    const bool selected = id == m_selected;
-    const BucketedCurve b = bucketCurve(c->shown, m_x0, m_x1, width);
-    if (!c->line) {
-      c->line = new QLineSeries;
-      c->line->setName(QString::fromStdString(c->name));
-      addSeries(c->line);
+    const bool selected = id == m_selected, detail = inDetail(id);
+    const RunCurve::Key key{c->source.get(), m_x0, m_x1, buckets, detail, selected, m_settings};
+    if (c->line && key == c->drawn) {  // nothing new for this run: its series stay as they are
+      yLo = std::min(yLo, c->yLo), yHi = std::max(yHi, c->yHi);
+      points += int(c->line->count()) + (c->faint ? int(c->faint->count()) : 0) +
+                (c->band ? int(c->band->count()) : 0);
+      continue;
     }
+    c->drawn = key;
+    const QColor colour = runColour(c->name);
+    const BucketedCurve b = bucketCurve(c->shown, m_x0, m_x1, buckets);
+    if (!c->line) c->line = new QLineSeries, addSeries(c->line, true);
+    c->line->setName(QString::fromStdString(c->name));
     QPen pen(colour);
-    pen.setWidthF(selected ? 3.2 : 1.8);
+    pen.setWidthF(selected ? 3.0 : 1.6);
     c->line->setPen(pen);
     c->line->replace(toQPoints(b.line));
     c->line->setPointsVisible(b.line.size() == 1);
     points += int(b.line.size());
+    c->yLo = kInf, c->yHi = -kInf;
     for (const auto& [x, y] : b.line)
-      if (x >= m_x0 && x <= m_x1) yLo = std::min(yLo, y), yHi = std::max(yHi, y);
-    // Faint underneath: the raw curve when smoothing, the min/max band when bucketed.
-    const BucketedCurve raw = smoothing ? bucketCurve(c->raw, m_x0, m_x1, width) : BucketedCurve{};
-    if (smoothing) {
-      if (!c->faint) {
-        c->faint = new QLineSeries;
-        addSeries(c->faint);
-        for (QLegendMarker* m : ch->legend()->markers(c->faint)) m->setVisible(false);
-      }
+      if (x >= m_x0 && x <= m_x1) c->yLo = std::min(c->yLo, y), c->yHi = std::max(c->yHi, y);
+    yLo = std::min(yLo, c->yLo), yHi = std::max(yHi, c->yHi);
+    // In detail: the raw curve faint under a smoothed one, and the min/max band when bucketed.
+    const BucketedCurve raw =
+        detail && smoothing ? bucketCurve(c->raw, m_x0, m_x1, buckets) : BucketedCurve{};
+    if (detail && smoothing) {
+      if (!c->faint) c->faint = new QLineSeries, addSeries(c->faint, false);
       QColor faint = colour;
-      faint.setAlpha(70);
+      faint.setAlpha(80);
       c->faint->setPen(QPen(faint, 1.0));
       c->faint->replace(toQPoints(raw.line));
       points += int(raw.line.size());
-    } else if (c->faint) {
-      ch->removeSeries(c->faint);
-      delete c->faint;
-      c->faint = nullptr;
+    } else {
+      drop(c->faint);
     }
     const BucketedCurve& banded = smoothing ? raw : b;
-    if (banded.bucketed()) {
-      if (!c->band) {
-        c->bandHigh = new QLineSeries;
-        c->bandLow = new QLineSeries;
-        c->band = new QAreaSeries(c->bandHigh, c->bandLow);
-        addSeries(c->band);
-        for (QLegendMarker* m : ch->legend()->markers(c->band)) m->setVisible(false);
+    if (detail && banded.bucketed()) {
+      // A zigzag through each bucket's min and max: buckets two pixels apart fill in as a band,
+      // at the cost of one line series (an area series costs ten times as much to paint).
+      QList<QPointF> zigzag;
+      zigzag.reserve(qsizetype(2 * banded.low.size()));
+      for (size_t i = 0; i < banded.low.size(); ++i) {
+        const bool up = i % 2 == 0;
+        zigzag.append(
+            QPointF(banded.low[i].first, up ? banded.low[i].second : banded.high[i].second));
+        zigzag.append(
+            QPointF(banded.low[i].first, up ? banded.high[i].second : banded.low[i].second));
       }
+      if (!c->band) c->band = new QLineSeries, addSeries(c->band, false);
       QColor fill = colour;
-      fill.setAlpha(45);
-      c->band->setBrush(fill);
-      c->band->setPen(Qt::NoPen);
-      c->bandHigh->replace(toQPoints(banded.high));
-      c->bandLow->replace(toQPoints(banded.low));
-      points += int(2 * banded.high.size());
-    } else if (c->band) {
-      ch->removeSeries(c->band);
-      delete c->band;  // owns its line series
-      c->band = nullptr, c->bandHigh = nullptr, c->bandLow = nullptr;
+      fill.setAlpha(55);
+      c->band->setPen(QPen(fill, 1.0));
+      c->band->replace(zigzag);
+      points += int(zigzag.size());
+    } else {
+      drop(c->band);
     }
   }
   m_drawnPoints = points;
+  // A cheaper painter for many curves: antialiasing doubles Qt Charts' paint time.
+  m_view->setRenderHint(QPainter::Antialiasing, m_curves.size() <= kDetailedRuns);
   xAxis->setRange(m_x0, m_x1);
   // While following the data, round numbers at the ends; a zoom shows exactly what was chosen.
   if (!m_zoomed) xAxis->applyNiceNumbers();
@@ -405,39 +502,44 @@ int CurvePanel::redrawNow() {
   const double span = yHi - yLo;
   const double pad = span > 0 ? 0.05 * span : 0.05 * std::max(1e-3, std::abs(yHi));
   const double lo = yLo - pad, hi = yHi + pad;
-  for (const QString& label : yAxis->categoriesLabels()) yAxis->remove(label);
-  yAxis->setStartValue(lo);
-  // About one label per 40 pixels of height: Qt elides labels that crowd each other.
+  // The labels change only when the range does (a new label set relayouts the axis).
   const int labels = std::clamp(int(ch->plotArea().height() / 40), 2, 8);
-  if (m_settings.logY) {
-    std::vector<double> values =
-        detail::logAxisLabels(std::pow(10.0, lo), std::pow(10.0, hi), labels);
-    // A range too narrow for the log ladders gets evenly spaced values, possibly more than fit.
-    const size_t every = (values.size() + size_t(labels) - 1) / size_t(labels);
-    for (size_t i = 0; i < values.size(); i += std::max<size_t>(1, every))
-      yAxis->append(formatY(values[i]), std::log10(values[i]));
-  } else {
-    const double rough = (hi - lo) / labels, mag = std::pow(10.0, std::floor(std::log10(rough)));
-    const double step = rough / mag >= 5 ? 5 * mag : rough / mag >= 2 ? 2 * mag : mag;
-    for (double k = std::ceil(lo / step); k * step <= hi; ++k)
-      yAxis->append(formatY(k * step), k * step);
-  }
-  yAxis->setRange(lo, hi);
-  // Qt sizes the axis for the labels it had at the last layout and elides wider new ones: lay
-  // the chart out again when the widest label changes (not on every frame, so the plot area
-  // does not jump while a run grows).
-  int widest = 0;
-  for (const QString& label : yAxis->categoriesLabels())
-    widest = std::max(widest, int(label.size()));
-  if (widest != m_labelChars) {
-    m_labelChars = widest;
-    ch->layout()->invalidate();
+  if (lo != m_yLo || hi != m_yHi || labels != m_yLabels) {
+    m_yLo = lo, m_yHi = hi, m_yLabels = labels;
+    for (const QString& label : yAxis->categoriesLabels()) yAxis->remove(label);
+    yAxis->setStartValue(lo);
+    if (m_settings.logY) {
+      std::vector<double> values =
+          detail::logAxisLabels(std::pow(10.0, lo), std::pow(10.0, hi), labels);
+      // A range too narrow for the log ladders gets evenly spaced values, possibly more than fit.
+      const size_t every = (values.size() + size_t(labels) - 1) / size_t(labels);
+      for (size_t i = 0; i < values.size(); i += std::max<size_t>(1, every))
+        yAxis->append(formatY(values[i]), std::log10(values[i]));
+    } else {
+      const double rough = (hi - lo) / labels, mag = std::pow(10.0, std::floor(std::log10(rough)));
+      const double step = rough / mag >= 5 ? 5 * mag : rough / mag >= 2 ? 2 * mag : mag;
+      for (double k = std::ceil(lo / step); k * step <= hi; ++k)
+        yAxis->append(formatY(k * step), k * step);
+    }
+    yAxis->setRange(lo, hi);
+    // Qt sizes the axis for the labels it had at the last layout and elides wider new ones: lay
+    // the chart out again when the widest label changes (not on every frame, so the plot area
+    // does not jump while a run grows).
+    int widest = 0;
+    for (const QString& label : yAxis->categoriesLabels())
+      widest = std::max(widest, int(label.size()));
+    if (widest != m_labelChars) {
+      m_labelChars = widest;
+      ch->layout()->invalidate();
+    }
   }
   QStringList names;
   for (const auto& [id, c] : m_curves) names << QString::fromStdString(c->name);
-  QString description =
-      QStringLiteral("%1 of %2 runs: %3").arg(m_title).arg(m_curves.size()).arg(names.join(", "));
-  m_view->setAccessibleDescription(description);
+  m_view->setAccessibleDescription(QStringLiteral("%1 of %2 runs: %3")
+                                       .arg(m_title)
+                                       .arg(m_curves.size())
+                                       .arg(names.join(QStringLiteral(", "))));
+  if (m_dirty) m_frame->start();
   return points;
 }
 

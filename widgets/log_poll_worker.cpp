@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <QElapsedTimer>
+#include <QFileInfo>
 #include <QFileSystemWatcher>
 #include <QTimer>
 
@@ -66,10 +67,12 @@ void LogPollWorker::ensureTimers() {
   connect(m_timer, &QTimer::timeout, this, &LogPollWorker::poll);
   m_soon = new QTimer(this);
   m_soon->setSingleShot(true);
-  m_soon->setInterval(50);
+  // A live log changes at every flush: polls come at most this often, whatever the watcher says.
+  m_soon->setInterval(200);
   connect(m_soon, &QTimer::timeout, this, &LogPollWorker::poll);
   m_watcher = new QFileSystemWatcher(this);
   connect(m_watcher, &QFileSystemWatcher::directoryChanged, this, &LogPollWorker::pollSoon);
+  connect(m_watcher, &QFileSystemWatcher::fileChanged, this, &LogPollWorker::pollSoon);
   if (!m_paused) m_timer->start();
 }
 
@@ -164,7 +167,7 @@ void LogPollWorker::poll() {
   bool changed = m_forceEmit;
   m_forceEmit = false;
   std::set<std::string> seen;
-  QStringList watched;
+  QStringList watched, watchedFiles;
   for (const QString& rootText : m_roots) {
     const std::string root = files::withoutTrailingSlash(rootText.toStdString());
     QString problem;
@@ -209,6 +212,9 @@ void LogPollWorker::poll() {
       }
       watched << QString::fromStdString(dir);
       changed |= update(*tracked);
+      // A running run's log grows without its folder changing: watch the file itself.
+      if (tracked->snapshot.state() == RunState::Running)
+        watchedFiles << QString::fromStdString(files::join(dir, "log.h5"));
     }
   }
   for (auto it = m_runs.begin(); it != m_runs.end();) {
@@ -226,6 +232,11 @@ void LogPollWorker::poll() {
     if (!watched.contains(dir)) m_watcher->removePath(dir);
   for (const QString& dir : watched)
     if (!current.contains(dir)) m_watcher->addPath(dir);
+  const QStringList currentFiles = m_watcher->files();
+  for (const QString& file : currentFiles)
+    if (!watchedFiles.contains(file)) m_watcher->removePath(file);
+  for (const QString& file : watchedFiles)
+    if (!currentFiles.contains(file) && QFileInfo::exists(file)) m_watcher->addPath(file);
   if (changed) {
     auto snapshots = std::make_shared<RunSnapshots>();
     snapshots->reserve(m_runs.size());

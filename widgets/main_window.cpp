@@ -15,6 +15,7 @@
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QInputDialog>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
@@ -77,7 +78,9 @@ MainWindow::MainWindow(const WorkbenchOptions& options, QWidget* parent)
 
   m_queue = new RunQueue(this);
   m_queue->setProgram(options.program);
-  m_queue->setSlots(QStringLiteral("cpu"), options.cpuSlots);
+  m_options.cpuSlots =
+      std::max(1, QSettings().value(QStringLiteral("queue/cpuSlots"), options.cpuSlots).toInt());
+  m_queue->setSlots(QStringLiteral("cpu"), m_options.cpuSlots);
   m_model = new RunTableModel(this);
   m_proxy = new RunFilterProxy(this);
   m_proxy->setSourceModel(m_model);
@@ -281,6 +284,19 @@ void MainWindow::buildActions() {
              QStringLiteral("Delete the run folder %1 with its log and checkpoints?").arg(q(id)));
          deleteRun(id, answer == QMessageBox::Yes);
        });
+  make(QStringLiteral("parallel runs"), QStringLiteral("&Parallel runs on the CPU\u2026"),
+       QStringLiteral("how many queued runs may train on the CPU at the same time"), QKeySequence(),
+       [this] {
+         bool ok = false;
+         const int n = QInputDialog::getInt(
+             this, QStringLiteral("Parallel runs"),
+             QStringLiteral("Runs training on the CPU at once (each uses train.threads cores):"),
+             m_options.cpuSlots, 1, 64, 1, &ok);
+         if (!ok) return;
+         m_options.cpuSlots = n;
+         m_queue->setSlots(QStringLiteral("cpu"), n);
+         QSettings().setValue(QStringLiteral("queue/cpuSlots"), n);
+       });
   make(QStringLiteral("refresh"), QStringLiteral("&Refresh"), QStringLiteral("read the runs now"),
        QKeySequence::Refresh, [this] { refresh(); });
   QAction* live = make(QStringLiteral("live"), QStringLiteral("&Live updates"),
@@ -310,6 +326,8 @@ void MainWindow::buildMenus() {
   for (const char* name : {"stop", "kill", "resume", "duplicate", "compare formats", "compare with",
                            "open folder", "delete"})
     run->addAction(action(QString::fromLatin1(name)));
+  run->addSeparator();
+  run->addAction(action(QStringLiteral("parallel runs")));
   QMenu* view = menuBar()->addMenu(QStringLiteral("&View"));
   for (QDockWidget* dock : findChildren<QDockWidget*>()) view->addAction(dock->toggleViewAction());
   view->addSeparator();

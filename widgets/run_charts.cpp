@@ -421,7 +421,7 @@ namespace detail {
 
 std::vector<double> debiasedEma(const std::vector<double>& y, double weight) {
   std::vector<double> out(y.size());
-  double last = 0;
+  double last = 0, power = 1;
   int n = 0;
   for (size_t i = 0; i < y.size(); ++i) {
     if (!std::isfinite(y[i])) {
@@ -430,7 +430,10 @@ std::vector<double> debiasedEma(const std::vector<double>& y, double weight) {
     }
     last = last * weight + (1 - weight) * y[i];
     ++n;
-    const double debias = 1 - std::pow(weight, n);
+    // weight^n underflows after a few thousand points, and pow's underflow path is slow: past
+    // 1e-300 the correction is exactly 1.
+    if (power > 1e-300) power = std::pow(weight, n);
+    const double debias = power > 1e-300 ? 1 - power : 1.0;
     out[i] = debias > 0 ? last / debias : y[i];
   }
   return out;

@@ -92,6 +92,18 @@ TEST_CASE("bucketing matches the brute-force definition on random curves", "[buc
       CHECK(got.low == want.low);
       CHECK(got.high == want.high);
       CHECK(got.line.size() <= size_t(2 * buckets + 2));
+      // The single-precision copy a chart keeps buckets the same as its values in double.
+      FloatPoints single;
+      Points rounded;
+      for (const auto& [x, y] : p) {
+        single.emplace_back(float(x), float(y));
+        rounded.emplace_back(double(float(x)), double(float(y)));
+      }
+      const BucketedCurve f = bucketCurve(single, x0, x1, buckets),
+                          d = bucketCurve(rounded, x0, x1, buckets);
+      CHECK(f.line == d.line);
+      CHECK(f.low == d.low);
+      CHECK(f.high == d.high);
     }
   }
 }
@@ -155,7 +167,8 @@ TEST_CASE("valueAt reads the last point at or before x", "[buckets]") {
   CHECK(valueAt(p, 2) == 21);
   CHECK(valueAt(p, 4.9) == 21);
   CHECK(valueAt(p, 99) == 50);
-  CHECK(std::isnan(valueAt({}, 1)));
+  CHECK(std::isnan(valueAt(Points{}, 1)));
+  CHECK(valueAt(FloatPoints{{1.f, 10.f}, {2.f, 20.f}}, 1.5) == 10);
 }
 
 namespace {

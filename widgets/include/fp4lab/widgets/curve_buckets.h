@@ -23,6 +23,10 @@ struct BucketedCurve {
 // [x0, x1] is cut into `buckets` equal buckets and each non-empty bucket gives its last point to
 // the line and its min and max to the band. buckets < 1 counts as 1.
 BucketedCurve bucketCurve(const Points& points, double x0, double x1, int buckets);
+// The same over single-precision points: what a chart keeps per run (half the memory; a float's
+// 24-bit mantissa is far finer than a pixel).
+using FloatPoints = std::vector<std::pair<float, float>>;
+BucketedCurve bucketCurve(const FloatPoints& points, double x0, double x1, int buckets);
 
 // The trailing mean over the last `window` points (fewer at the start); window <= 1 returns the
 // values as they are. Non-finite values pass through and are not averaged.
@@ -35,5 +39,6 @@ Points smoothCurve(const Points& points, double emaWeight, int movingAverageWind
 // The y value of the curve at x, by bisection: the last point with x' <= x (NaN before the first
 // point or for an empty curve). The hover read-out.
 double valueAt(const Points& points, double x);
+double valueAt(const FloatPoints& points, double x);
 
 }  // namespace fp4lab::widgets

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <QString>
+
+#include <cmath>
 #include <QWidget>
 
 #include <map>
@@ -59,6 +61,11 @@ class CurvePanel : public QWidget {
   // Draws now instead of at the next frame (tests, benchmark); returns the points handed to the
   // chart.
   int redrawNow();
+  // Asks for a frame (coalesced; none while the panel is hidden or scrolled out of view).
+  void markDirty();
+  // The delay of a frame after new data: panels of one page draw one after another instead of
+  // all in one long paint.
+  void setFrameDelayMs(int ms);
   int drawnPoints() const { return m_drawnPoints; }
   bool hasData() const;
   // The value read-out at x, one "run: value" line per shown run with a value there.
@@ -85,8 +92,12 @@ class CurvePanel : public QWidget {
  private:
   friend class CurveChartView;
   struct RunCurve;
-  void markDirty();
   void rebuildCache();
+  bool inDetail(const std::string& id) const;
+  bool onScreen() const;
+  // Runs drawn with their raw curve and min/max band, besides the selected one, when at most this
+  // many are shown.
+  static constexpr size_t kDetailedRuns = 4;
   void updateReadout(double x);
   void contextMenu(const QPoint& global);
 
@@ -104,6 +115,8 @@ class CurvePanel : public QWidget {
   double m_x0 = 0, m_x1 = 1;
   int m_drawnPoints = 0;
   int m_labelChars = -1;  // the widest y label at the last layout
+  double m_yLo = NAN, m_yHi = NAN;
+  int m_yLabels = 0;
 };
 
 }  // namespace fp4lab::widgets
