@@ -1,0 +1,160 @@
+// `fp4lab export`: a model folder (BF16, or a run's model/checkpoint with its quant_state.json)
+// written as a checkpoint the deployment stacks load, checked after writing, with a summary.
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "fp4lab/error.h"
+#include "fp4lab/export/export.h"
+#include "progress.h"
+
+namespace fp4lab::cli {
+namespace {
+
+const char* kUsage =
+    "fp4lab export MODEL_DIR --format FORMAT --output-dir OUT [--exclude GLOB]...\n"
+    "              [--scale-rule ceil|floor] [--max-shard-size SIZE] [--force] [--no-verify]";
+
+void printHelp() {
+  std::printf(
+      "usage: %s\n\n"
+      "Writes MODEL_DIR (a BF16 Hugging Face folder, or a run's model/ or checkpoint folder with\n"
+      "its quant_state.json: the quantized layers, their options and calibrated amaxes) as a\n"
+      "deployable checkpoint. The linear layers the recipes quantize are quantized (those the\n"
+      "quant_state.json names, else quant.include/quant.exclude's defaults); embeddings, lm_head\n"
+      "and norms keep their names, dtypes and bytes. NVFP4 shares one tensor scale per fused\n"
+      "group (q/k/v, gate/up): the group's largest amax. The files are written into a temporary\n"
+      "folder, read back, every quantized weight decoded and compared bit for bit with the\n"
+      "kernels' fake quantization, and only then renamed to OUT.\n\n"
+      "formats:\n",
+      kUsage);
+  for (const std::string& name : exporter::formatNames())
+    std::printf("  %-26s %s\n", name.c_str(),
+                exporter::formatDescription(*exporter::parseFormat(name)));
+  std::printf(
+      "\noptions:\n"
+      "  --format FORMAT         one of the formats above (required)\n"
+      "  --output-dir OUT        the folder to create (refused if it is not empty)\n"
+      "  --exclude GLOB          keep matching modules in high precision (fnmatch, '*' crosses\n"
+      "                          dots; repeatable, or comma-separated); listed in the format's\n"
+      "                          exclude/ignore list\n"
+      "  --scale-rule ceil|floor MXFP4 block scales (default: the run's, else ceil)\n"
+      "  --max-shard-size SIZE   shard above this size (default 5GB; 500MB, 2GiB, ...)\n"
+      "  --force                 replace a non-empty OUT\n"
+      "  --no-verify             skip the read-back check\n");
+}
+
+std::string megabytes(uint64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f MB", double(bytes) / 1e6);
+  return s;
+}
+
+}  // namespace
+
+int runExport(const std::vector<std::string>& argvIn) {
+  // --exclude repeats: collect it before the generic parser (which keeps one value per option).
+  std::vector<std::string> argv, exclude;
+  for (size_t i = 0; i < argvIn.size(); ++i) {
+    std::string value;
+    if (argvIn[i] == "--exclude") {
+      if (i + 1 >= argvIn.size())
+        throw Error("option --exclude needs a value", "fp4lab export", "e.g. --exclude '*.0.*'");
+      value = argvIn[++i];
+    } else if (argvIn[i].rfind("--exclude=", 0) == 0) {
+      value = argvIn[i].substr(10);
+    } else {
+      argv.push_back(argvIn[i]);
+      continue;
+    }
+    size_t start = 0;
+    while (start <= value.size()) {
+      size_t comma = value.find(',', start);
+      if (comma == std::string::npos) comma = value.size();
+      const std::string glob = value.substr(start, comma - start);
+      if (!glob.empty()) exclude.push_back(glob);
+      start = comma + 1;
+    }
+  }
+  Args args("export", argv, {"format", "output-dir", "scale-rule", "max-shard-size"},
+            {"force", "no-verify", "help"});
+  if (args.has("help")) {
+    printHelp();
+    return 0;
+  }
+  args.requirePositionals(1, kUsage);
+  if (!args.has("format"))
+    throw Error("--format is required", "fp4lab export", "usage: " + std::string(kUsage));
+  if (!args.has("output-dir"))
+    throw Error("--output-dir is required", "fp4lab export", "usage: " + std::string(kUsage));
+  exporter::Options options;
+  options.modelDir = args.positionals()[0];
+  options.outputDir = args.get("output-dir", "");
+  options.format =
+      *exporter::parseFormat(args.choice("format", exporter::formatNames(), "modelopt-nvfp4"));
+  options.exclude = exclude;
+  if (args.has("scale-rule")) options.scaleRule = args.choice("scale-rule", {"ceil", "floor"}, "");
+  if (args.has("max-shard-size"))
+    options.maxShardBytes = exporter::parseByteSize(args.get("max-shard-size", ""));
+  options.force = args.has("force");
+  options.verify = !args.has("no-verify");
+
+  installStopHandlers();
+  const bool tty = ::isatty(2);
+  std::string lastStage;
+  int lastPercent = -1;
+  auto progress = [&](const exporter::Progress& p) {
+    const int percent = p.total > 0 ? int(100 * p.done / p.total) : 0;
+    if (p.stage != lastStage) {
+      if (tty && !lastStage.empty()) std::fprintf(stderr, "\n");
+      lastStage = p.stage;
+      lastPercent = -1;
+    }
+    if (tty) {
+      std::fprintf(stderr, "\r%-7s %3d%%  %-60.60s", p.stage.c_str(), percent, p.tensor.c_str());
+    } else if (lastPercent < 0) {
+      std::fprintf(stderr, "%s: %" PRId64 " tensors\n", p.stage.c_str(), p.total);
+    }
+    lastPercent = percent;
+  };
+  std::atomic<bool> cancel{false};
+  auto watched = [&](const exporter::Progress& p) {
+    if (stopRequested()) cancel = true;
+    progress(p);
+  };
+  const exporter::Summary s = exporter::exportModel(options, watched, &cancel);
+  if (tty && !lastStage.empty()) std::fprintf(stderr, "\n");
+
+  std::printf("exported %s -> %s\n", options.modelDir.c_str(), s.outputDir.c_str());
+  std::printf("  format           %s (%s)\n", s.format.c_str(), s.quantAlgo.c_str());
+  std::printf("  from             %s\n", s.source.c_str());
+  std::printf("  tensors          %" PRId64 " in %" PRId64 " shard%s, %" PRId64
+              " quantized layers\n",
+              s.tensors, s.shards, s.shards == 1 ? "" : "s", s.quantizedLayers);
+  std::printf("  bytes            %s -> %s (compression %.2fx)\n", megabytes(s.inputBytes).c_str(),
+              megabytes(s.outputBytes).c_str(), s.compression);
+  if (s.quantizedLayers > 0) {
+    if (s.sharedTensorScales)
+      std::printf("  tensor scales    shared per fused group (q/k/v, gate/up)\n");
+    std::string list;
+    for (const std::string& e : s.excludeList) list += (list.empty() ? "" : ", ") + e;
+    std::printf("  kept in BF16     %s\n", list.c_str());
+  }
+  if (options.verify) {
+    std::printf(
+        "  verified         %" PRId64 " tensors read back%s\n", s.verifiedTensors,
+        s.quantizedLayers ? ", every quantized weight == fake quantization bit for bit" : "");
+    if (s.quantizedLayers)
+      std::printf("  max dequant err  %.6g (vs the BF16 weight, in %s)\n", s.maxAbsError,
+                  s.worstLayer.c_str());
+  } else {
+    std::printf("  verified         no (--no-verify)\n");
+  }
+  return 0;
+}
+
+}  // namespace fp4lab::cli
