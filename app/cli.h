@@ -46,6 +46,8 @@ int runEval(const std::vector<std::string>& args);
 int runGenerate(const std::vector<std::string>& args);
 int runBaseModel(const std::vector<std::string>& args);
 int runExperiment(const std::vector<std::string>& args);
+int runImport(const std::vector<std::string>& args);
+int runExport(const std::vector<std::string>& args);  // engine/export/ (fp4lab_export)
 #ifdef FP4LAB_WITH_WIDGETS
 int runGui(const std::vector<std::string>& args);  // the workbench window
 #endif

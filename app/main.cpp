@@ -33,6 +33,10 @@ const fp4lab::cli::Command kCommands[] = {
      fp4lab::cli::runQuantize},
     {"dequantize", "decode a file written by `fp4lab quantize` back to F32",
      fp4lab::cli::runDequantize},
+    {"import", "convert a GGUF file into a Hugging Face folder", fp4lab::cli::runImport},
+    {"export",
+     "write a deployable checkpoint (ModelOpt NVFP4, compressed-tensors NVFP4/MXFP4, BF16)",
+     fp4lab::cli::runExport},
 };
 
 void printHelp(FILE* out) {
