@@ -17,6 +17,7 @@
 
 #include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
+#include "fp4lab/export/fused_groups.h"
 #include "fp4lab/io/safetensors.h"
 #include "fp4lab/kernels/fp4.h"
 #include "fp4lab/run/run_config.h"
@@ -229,18 +230,6 @@ std::string moduleOf(const std::string& tensor) {
 }
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// The fused GEMM a linear layer belongs to in the inference engines (q/k/v; gate/up; Mixtral's
-// w1/w3): "<parent>/qkv" etc., or empty.
-std::string fusedGroupOf(const std::string& module) {
-  const size_t dot = module.rfind('.');
-  const std::string parent = dot == std::string::npos ? "" : module.substr(0, dot);
-  const std::string leaf = dot == std::string::npos ? module : module.substr(dot + 1);
-  if (leaf == "q_proj" || leaf == "k_proj" || leaf == "v_proj") return parent + "/qkv";
-  if (leaf == "gate_proj" || leaf == "up_proj") return parent + "/gate_up";
-  if (leaf == "w1" || leaf == "w3") return parent + "/w13";
-  return {};
 }
 
 struct Layer {

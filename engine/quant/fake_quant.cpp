@@ -225,14 +225,59 @@ void FakeQuantizer::setMeasuring(bool on) {
   if (on) fp4_stats_clear(&m_stats);
 }
 
+void SharedTensorScale::add(const std::shared_ptr<FakeQuantizer>& quantizer,
+                            const model::QuantLinear& linear) {
+  Member m;
+  m.quantizer = quantizer;
+  m.linear = linear.ptr();
+  m_members.push_back(std::move(m));
+}
+
+float SharedTensorScale::amax(bool frozen) const {
+  float out = 0;
+  for (const Member& m : m_members) {
+    float a = NAN;
+    if (frozen) {
+      const std::shared_ptr<FakeQuantizer> q = m.quantizer.lock();
+      if (!q) continue;
+      a = q->amax();
+    } else {
+      const std::shared_ptr<model::QuantLinearImpl> linear = m.linear.lock();
+      if (!linear) continue;
+      const torch::Tensor& w = linear->weight;
+      if (m.data != w.data_ptr() || m.version != w._version()) {
+        // max |w| over the finite elements, as the kernels measure a tensor amax.
+        torch::NoGradGuard noGrad;
+        torch::Tensor abs = w.detach().abs().to(torch::kFloat);
+        abs = torch::where(torch::isfinite(abs), abs, torch::zeros_like(abs));
+        m.amax = abs.numel() ? abs.max().item<float>() : 0.0f;
+        m.data = w.data_ptr();
+        m.version = w._version();
+      }
+      a = m.amax;
+    }
+    if (!std::isfinite(a)) return NAN;
+    out = std::max(out, a);
+  }
+  return out;
+}
+
+float FakeQuantizer::tensorAmax() const {
+  if (m_shared) return m_shared->amax(m_frozen);
+  return m_frozen ? m_amax : -1.0f;
+}
+
 float FakeQuantizer::effectiveAmax() const {
   if (m_frozen) {
-    if (!std::isfinite(m_amax))
+    const float amax = m_shared ? m_shared->amax(true) : m_amax;
+    if (!std::isfinite(amax))
       throw Error("a frozen-amax quantizer was used before calibration", "quant",
                   "calibrate first (quant.calib_batches >= 1) or set quant.amax=dynamic");
-    return m_amax;
+    return amax;
   }
-  return -1.0f;  // the kernels measure it per call; nothing is clipped beyond it
+  // Dynamic: the group's largest amax now, or -1: the kernels measure the tensor per call (and
+  // nothing is clipped beyond it).
+  return m_shared ? m_shared->amax(false) : -1.0f;
 }
 
 torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fp4lab/kernels/fp4.h"
 #include "model/quant_linear.h"
@@ -32,6 +33,32 @@ torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, flo
 // releases the tensors it holds. Harmless to call at any time.
 void forgetSharedInput();
 
+class FakeQuantizer;
+
+// The weight quantizers of layers that the inference engines fuse into one GEMM (q/k/v_proj,
+// gate/up_proj, w1/w3; fp4lab/export/fused_groups.h): with NVFP4 they share one tensor scale, from
+// the members' largest weight amax, as the export writes it (weight_scale_2 = amax / 2688).
+// Members are held weakly (the layers own their quantizers, which own this).
+class SharedTensorScale {
+ public:
+  void add(const std::shared_ptr<FakeQuantizer>& quantizer, const model::QuantLinear& linear);
+  size_t size() const { return m_members.size(); }
+  // Frozen: the largest calibrated amax (NaN if a member is not calibrated); dynamic: the largest
+  // max |w| over the finite elements of the members' current weights (measured once per weight
+  // version).
+  float amax(bool frozen) const;
+
+ private:
+  struct Member {
+    std::weak_ptr<FakeQuantizer> quantizer;
+    std::weak_ptr<model::QuantLinearImpl> linear;
+    mutable const void* data = nullptr;
+    mutable int64_t version = -1;
+    mutable float amax = NAN;
+  };
+  std::vector<Member> m_members;
+};
+
 // The quantizer QuantLinear calls for its weight or its input.
 class FakeQuantizer : public model::TensorQuantizer {
  public:
@@ -53,6 +80,12 @@ class FakeQuantizer : public model::TensorQuantizer {
   float amax() const { return m_amax; }
   void setAmax(float amax) { m_amax = amax; }
   bool frozenAmax() const { return m_frozen; }
+  // A weight quantizer's fused group (null: its own tensor scale).
+  void setSharedScale(std::shared_ptr<SharedTensorScale> shared) { m_shared = std::move(shared); }
+  const std::shared_ptr<SharedTensorScale>& sharedScale() const { return m_shared; }
+  // The NVFP4 tensor amax a weight is fake-quantized with now: the group's when it has one, else
+  // the calibrated amax (frozen) or -1 (dynamic: the kernels measure the tensor itself).
+  float tensorAmax() const;
 
   // Measurement (input quantizers): while on, apply() merges its error statistics into stats().
   void setMeasuring(bool on);
@@ -73,6 +106,7 @@ class FakeQuantizer : public model::TensorQuantizer {
   bool m_measuring = false;
   float m_amax = NAN;
   fp4_error_stats m_stats{};
+  std::shared_ptr<SharedTensorScale> m_shared;
   // No-grad cache of a weight's fake-quantized value.
   const void* m_cachedData = nullptr;
   int64_t m_cachedVersion = -1;

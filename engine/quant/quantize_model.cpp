@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "fp4lab/error.h"
+#include "fp4lab/export/fused_groups.h"
 
 namespace fp4lab::quant {
 
@@ -28,6 +30,7 @@ QuantOptions QuantOptions::fromConfig(const run::RunConfig& config) {
   o.backward =
       backward == "clipped_ste" ? Backward::ClippedStraightThrough : Backward::StraightThrough;
   o.frozenAmax = config.amaxMode == "frozen";
+  o.sharedGroupScale = o.format == FP4_FORMAT_NVFP4 && config.sharedGroupScale;
   o.include = run::splitList(config.quantInclude);
   o.exclude = run::splitList(config.quantExclude);
   return o;
@@ -40,6 +43,7 @@ std::string QuantOptions::describe() const {
     s += scaleRule == FP4_SCALE_RULE_CEIL ? ", ceil scales" : ", floor scales";
   else
     s += blocks2d ? ", 16x16 weight blocks" : ", 1-D blocks";
+  if (format == FP4_FORMAT_NVFP4 && sharedGroupScale) s += ", shared fused-group scales";
   s += backward == Backward::ClippedStraightThrough ? ", clipped STE" : ", STE";
   s += frozenAmax ? ", calibrated amax" : ", dynamic amax";
   return s;
@@ -111,6 +115,19 @@ std::vector<QuantizedLayer> attachQuantizers(model::CausalLM& model, const Quant
     linear->inputQuantizer = q.input;
     layers.push_back(std::move(q));
   }
+  if (options.format == FP4_FORMAT_NVFP4 && options.sharedGroupScale) {
+    std::map<std::string, std::vector<size_t>> groups;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const std::string g = exporter::fusedGroupOf(layers[i].name);
+      if (!g.empty()) groups[g].push_back(i);
+    }
+    for (const auto& [group, members] : groups) {
+      if (members.size() < 2) continue;
+      auto shared = std::make_shared<SharedTensorScale>();
+      for (size_t i : members) shared->add(layers[i].weight, layers[i].linear);
+      for (size_t i : members) layers[i].weight->setSharedScale(shared);
+    }
+  }
   return layers;
 }
 
@@ -119,7 +136,7 @@ bool sameQuantization(const QuantOptions& a, const QuantOptions& b) {
       a.frozenAmax != b.frozenAmax)
     return false;
   if (a.format == FP4_FORMAT_MXFP4) return a.scaleRule == b.scaleRule;
-  return a.blocks2d == b.blocks2d;
+  return a.blocks2d == b.blocks2d && a.sharedGroupScale == b.sharedGroupScale;
 }
 
 void calibrate(std::vector<QuantizedLayer>& layers, int64_t batches,
@@ -169,7 +186,7 @@ LayerErrors measureLayers(std::vector<QuantizedLayer>& layers) {
     fp4_error_stats s;
     fp4_stats_clear(&s);
     torch::Tensor blockSq;
-    const float amax = l.weight->frozenAmax() ? l.weight->amax() : -1.0f;
+    const float amax = l.weight->tensorAmax();
     fakeQuantize(l.linear->weight.detach(), l.weight->config(), amax, &s, &blockSq);
     const double block = fp4_block_size(l.weight->config().format);
     torch::Tensor mse = (blockSq.to(torch::kCPU) / block).contiguous();
@@ -198,7 +215,8 @@ std::string quantStateJson(const std::vector<QuantizedLayer>& layers, const Quan
       {"blocks_2d", options.blocks2d},
       {"activations", options.activations},
       {"backward", options.backward == Backward::ClippedStraightThrough ? "clipped_ste" : "ste"},
-      {"amax", options.frozenAmax ? "frozen" : "dynamic"}};
+      {"amax", options.frozenAmax ? "frozen" : "dynamic"},
+      {"shared_group_scale", options.format == FP4_FORMAT_NVFP4 && options.sharedGroupScale}};
   j["layers"] = nlohmann::json::object();
   for (const auto& l : layers) {
     nlohmann::json e;
@@ -255,6 +273,9 @@ QuantOptions optionsFromState(const nlohmann::json& j, const std::string& where)
     o.backward = text(e, "backward") == "clipped_ste" ? Backward::ClippedStraightThrough
                                                       : Backward::StraightThrough;
     o.frozenAmax = text(e, "amax") == "frozen";
+    // Files from before the option: each layer its own tensor scale.
+    o.sharedGroupScale = e.contains("shared_group_scale") && flag(e, "shared_group_scale") &&
+                         o.format == FP4_FORMAT_NVFP4;
     return o;
   }
   // Before the options were recorded: the description describe() wrote.
@@ -270,6 +291,8 @@ QuantOptions optionsFromState(const nlohmann::json& j, const std::string& where)
   o.blocks2d = has("16x16");
   o.backward = has("clipped STE") ? Backward::ClippedStraightThrough : Backward::StraightThrough;
   o.frozenAmax = !has("dynamic amax");
+  // Descriptions from before the option say nothing: each layer its own tensor scale.
+  o.sharedGroupScale = o.format == FP4_FORMAT_NVFP4 && has("shared fused-group scales");
   return o;
 }
 

@@ -23,11 +23,14 @@ struct QuantOptions {
   bool activations = true;                         // W4A4; false: W4A16
   Backward backward = Backward::ClippedStraightThrough;
   bool frozenAmax = true;
+  // NVFP4: one weight tensor scale per fused group (q/k/v_proj, gate/up_proj, w1/w3), the group's
+  // largest amax, as the export writes it; false: each layer its own (files from before it).
+  bool sharedGroupScale = true;
   std::vector<std::string> include, exclude;  // glob patterns over HF module names
 
   // From the quant.* keys (quant.format must not be none).
   static QuantOptions fromConfig(const run::RunConfig& config);
-  // e.g. "NVFP4 W4A4, 1-D blocks, clipped STE, frozen amax".
+  // e.g. "NVFP4 W4A4, 1-D blocks, shared fused-group scales, clipped STE, calibrated amax".
   std::string describe() const;
 };
 
@@ -48,7 +51,8 @@ struct QuantizedLayer {
 // order. Throws if nothing matches or a matching layer's input size is not a multiple of the
 // block.
 std::vector<std::string> selectLayers(model::CausalLM& model, const QuantOptions& options);
-// Attaches quantizers to the layers selectLayers picks.
+// Attaches quantizers to the layers selectLayers picks; with NVFP4 and sharedGroupScale, the
+// weight quantizers of each fused group of at least two of them share one tensor scale.
 std::vector<QuantizedLayer> attachQuantizers(model::CausalLM& model, const QuantOptions& options);
 
 // Whether two option sets quantize identically (include/exclude aside, and the settings that do
@@ -75,7 +79,8 @@ struct LayerErrors {
 // with W4A16 or when nothing was measured).
 LayerErrors measureLayers(std::vector<QuantizedLayer>& layers);
 
-// {"format": describe(), "options": {format, scale_rule, blocks_2d, activations, backward, amax},
+// {"format": describe(), "options": {format, scale_rule, blocks_2d, activations, backward, amax,
+// shared_group_scale},
 // "layers": {name: {"weight_amax": a, "input_amax": b}}} and back; loading checks that the layers
 // match.
 std::string quantStateJson(const std::vector<QuantizedLayer>& layers, const QuantOptions& options);
@@ -84,7 +89,7 @@ void loadQuantState(std::vector<QuantizedLayer>& layers, const std::string& json
 
 // A saved quant_state.json re-attached to a loaded model: quantizers on exactly the layers it
 // names, with its options and amaxes (files without "options", from before it was recorded, are
-// read from their "format" description).
+// read from their "format" description; without options.shared_group_scale, per-layer scales).
 struct SavedQuantizers {
   QuantOptions options;
   std::vector<QuantizedLayer> layers;

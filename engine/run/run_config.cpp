@@ -57,7 +57,8 @@ const std::vector<Binding>& table() {
                "model.path",
                "a Hugging Face folder (config.json, model.safetensors or shards, tokenizer.json), "
                "a run's model/ or checkpoint (loaded with its quantizers), builtin:tiny (the "
-               "shipped base model), or scratch:tiny (same shape, random weights)"))),
+               "shipped base model), builtin:smollm2-135m (SmolLM2-135M-Instruct, downloaded by "
+               "the setup script), or scratch:tiny (same shape as builtin:tiny, random weights)"))),
       bind(
           &C::bf16Weights,
           boolean("model.bf16_weights",
@@ -120,6 +121,12 @@ const std::vector<Binding>& table() {
            choice(
                "quant.amax", {"frozen", "dynamic"},
                "per-tensor amax: frozen after max calibration, or dynamic (measured every call)")),
+      bind(
+          &C::sharedGroupScale,
+          boolean("quant.shared_group_scale",
+                  "NVFP4: one weight tensor scale per group the inference engines fuse into one "
+                  "GEMM (q/k/v_proj, gate/up_proj, w1/w3), the group's largest amax, as the export "
+                  "writes it; false: each layer its own (MXFP4 ignores it)")),
       bind(&C::calibBatches,
            integer("quant.calib_batches", 0, 1e6, "training batches for max calibration")),
       bind(&C::quantInclude,

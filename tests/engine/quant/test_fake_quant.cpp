@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 
 using namespace fp4lab;
@@ -365,4 +366,125 @@ TEST_CASE("Input quantizers reading one tensor share one computation, and stay e
   CHECK(q2->stats().count == 4 * 32);
   CHECK(q1->stats().sum_err2 == q2->stats().sum_err2);
   quant::forgetSharedInput();
+}
+
+namespace {
+
+model::CausalLM tinyLlama() {
+  model::ModelConfig c;
+  c.vocabSize = 64, c.hiddenSize = 64, c.intermediateSize = 128, c.numHiddenLayers = 2;
+  c.numAttentionHeads = 4, c.numKeyValueHeads = 2, c.headDim = 16;
+  torch::manual_seed(21);
+  model::CausalLM m(c);
+  torch::NoGradGuard noGrad;
+  // Distinct amaxes inside each fused group.
+  for (auto& [name, linear] : m->quantLinears()) {
+    if (name.find("k_proj") != std::string::npos) linear->weight.mul_(3);
+    if (name.find("up_proj") != std::string::npos) linear->weight.mul_(2);
+  }
+  return m;
+}
+
+quant::QuantizedLayer layerNamed(const std::vector<quant::QuantizedLayer>& layers,
+                                 const std::string& name) {
+  for (const auto& l : layers)
+    if (l.name == name) return l;
+  FAIL("no layer " + name);
+  throw;
+}
+
+float absMax(const torch::Tensor& w) {
+  return w.detach().abs().max().item<float>();
+}
+
+}  // namespace
+
+TEST_CASE("NVFP4 fused groups share one tensor scale, as the export writes it",
+          "[quant][shared_scale]") {
+  const std::vector<std::vector<std::string>> groups = {
+      {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+      {"mlp.gate_proj", "mlp.up_proj"},
+      {"self_attn.o_proj"},
+      {"mlp.down_proj"}};
+  const torch::Tensor tokens = torch::randint(0, 64, {2, 16});
+  for (const bool shared : {true, false}) {
+    for (const bool frozen : {true, false}) {
+      CAPTURE(shared, frozen);
+      model::CausalLM m = tinyLlama();
+      quant::QuantOptions options;
+      options.format = FP4_FORMAT_NVFP4;
+      options.frozenAmax = frozen;
+      options.sharedGroupScale = shared;
+      options.include = {"model.layers.*"};
+      std::vector<quant::QuantizedLayer> layers = quant::attachQuantizers(m, options);
+      quant::calibrate(layers, frozen ? 1 : 0, [&](int64_t) { m->forward(tokens); });
+      torch::NoGradGuard noGrad;
+      for (int layer = 0; layer < 2; ++layer) {
+        const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+        for (const auto& group : groups) {
+          float groupAmax = 0;
+          for (const auto& g : group)
+            groupAmax = std::max(groupAmax, absMax(layerNamed(layers, prefix + g).linear->weight));
+          for (const auto& g : group) {
+            quant::QuantizedLayer l = layerNamed(layers, prefix + g);
+            CAPTURE(l.name);
+            const float own = absMax(l.linear->weight);
+            if (frozen) CHECK(l.weight->amax() == own);  // quant_state.json keeps its own amax
+            const bool sharing = shared && group.size() > 1;
+            CHECK(bool(l.weight->sharedScale()) == sharing);
+            const float amax = sharing ? groupAmax : (frozen ? own : -1.0f);
+            CHECK(l.weight->tensorAmax() == amax);
+            // The forward's weight is the decode of the codes the export writes with that
+            // tensor scale; with sharing off, exactly the per-layer fake quantization as before.
+            const torch::Tensor w = l.linear->effectiveWeight();
+            CHECK(bitEqual(w, exportThenDecode(l.linear->weight, l.weight->config(), amax)));
+            if (!sharing)
+              CHECK(bitEqual(w, quant::fakeQuantize(l.linear->weight, l.weight->config(),
+                                                    frozen ? own : -1.0f)));
+            const torch::Tensor x = torch::randn({3, l.linear->inFeatures()});
+            const torch::Tensor xq =
+                frozen ? exportThenDecode(x, l.input->config(), l.input->amax()) : x;
+            if (frozen) CHECK(bitEqual(l.linear(x), torch::linear(xq, w, l.linear->bias)));
+          }
+        }
+      }
+      if (!frozen && shared) {
+        // Dynamic amax follows the members' current weights: scaling v_proj moves k's scale.
+        quant::QuantizedLayer k = layerNamed(layers, "model.layers.0.self_attn.k_proj");
+        quant::QuantizedLayer v = layerNamed(layers, "model.layers.0.self_attn.v_proj");
+        v.linear->weight.mul_(100);
+        const float amax = absMax(v.linear->weight);
+        CHECK(k.weight->tensorAmax() == amax);
+        CHECK(bitEqual(k.linear->effectiveWeight(),
+                       exportThenDecode(k.linear->weight, k.weight->config(), amax)));
+      }
+      // The option travels with quant_state.json; files without it load per-layer.
+      const std::string json = quant::quantStateJson(layers, options);
+      CHECK((json.find("\"shared_group_scale\": true") != std::string::npos) == shared);
+      model::CausalLM reloaded = tinyLlama();
+      quant::SavedQuantizers saved = quant::attachSavedQuantizers(reloaded, json, "test");
+      CHECK(saved.options.sharedGroupScale == shared);
+      CHECK(bool(layerNamed(saved.layers, "model.layers.1.mlp.up_proj").weight->sharedScale()) ==
+            shared);
+      if (frozen) {
+        quant::QuantizedLayer a = layerNamed(layers, "model.layers.1.self_attn.q_proj");
+        quant::QuantizedLayer b = layerNamed(saved.layers, "model.layers.1.self_attn.q_proj");
+        CHECK(bitEqual(a.linear->effectiveWeight(), b.linear->effectiveWeight()));
+      }
+      nlohmann::json old = nlohmann::json::parse(json);
+      old["options"].erase("shared_group_scale");
+      model::CausalLM legacy = tinyLlama();
+      quant::SavedQuantizers before = quant::attachSavedQuantizers(legacy, old.dump(), "test");
+      CHECK_FALSE(before.options.sharedGroupScale);
+      for (const auto& l : before.layers) CHECK_FALSE(l.weight->sharedScale());
+    }
+  }
+  // MXFP4 ignores the option.
+  run::RunConfig config = run::RunConfig::fromYamlText(
+      "", {"recipe.name=qat", "quant.format=mxfp4", "quant.shared_group_scale=true"});
+  CHECK_FALSE(quant::QuantOptions::fromConfig(config).sharedGroupScale);
+  config.applyOverride("quant.format=nvfp4");
+  CHECK(quant::QuantOptions::fromConfig(config).sharedGroupScale);
+  config.applyOverride("quant.shared_group_scale=false");
+  CHECK_FALSE(quant::QuantOptions::fromConfig(config).sharedGroupScale);
 }

@@ -42,6 +42,7 @@ struct RunConfig {
   bool quantActivations = true;        // W4A4; false: W4A16
   std::string quantBackward = "auto";  // ste, clipped_ste, auto (clipped for nvfp4, ste for mxfp4)
   std::string amaxMode = "frozen";     // frozen (calibrated) or dynamic (per call)
+  bool sharedGroupScale = true;        // nvfp4: q/k/v, gate/up share one tensor scale (as exported)
   int64_t calibBatches = 4;
   std::string quantInclude = "model.layers.*";
   std::string quantExclude = "*lm_head*,*embed*,*router*,*.gate";
