@@ -493,8 +493,8 @@ int CurvePanel::redrawNow() {
     }
   }
   m_drawnPoints = points;
-  // A cheaper painter for many curves: antialiasing doubles Qt Charts' paint time.
-  m_view->setRenderHint(QPainter::Antialiasing, m_curves.size() <= kDetailedRuns);
+  // A cheaper painter for many points: antialiasing doubles Qt Charts' paint time.
+  m_view->setRenderHint(QPainter::Antialiasing, points <= 2500);
   xAxis->setRange(m_x0, m_x1);
   // While following the data, round numbers at the ends; a zoom shows exactly what was chosen.
   if (!m_zoomed) xAxis->applyNiceNumbers();

@@ -42,6 +42,7 @@
 #include "fp4lab/run/run_folder.h"
 #include "fp4lab/widgets/charts_page.h"
 #include "fp4lab/widgets/compare_view.h"
+#include "fp4lab/widgets/export_dialog.h"
 #include "fp4lab/widgets/log_poll_worker.h"
 #include "fp4lab/widgets/new_run_dialog.h"
 #include "fp4lab/widgets/run_details.h"
@@ -269,6 +270,15 @@ void MainWindow::buildActions() {
              QFileDialog::getExistingDirectory(this, QStringLiteral("BF16 model folder"));
          if (!dir.isEmpty()) compareFormats(dir.toStdString());
        });
+  make(QStringLiteral("export"), QStringLiteral("&Export checkpoint\u2026"),
+       QStringLiteral("write the selected run's model (or any model folder) as a checkpoint "
+                      "vLLM, SGLang, TensorRT-LLM or transformers load"),
+       QKeySequence(Qt::CTRL | Qt::Key_E), [this] {
+         ExportDialog dialog(m_options.program, this);
+         if (const RunSnapshot* r = snapshot(selectedRun()))
+           dialog.setModelDir(ExportDialog::modelDirOfRun(q(r->id), q(r->folder.latestCheckpoint)));
+         dialog.exec();
+       });
   make(QStringLiteral("compare with"), QStringLiteral("Compare &with\u2026"),
        QStringLiteral("the selected run as B in the Compare tab"), QKeySequence(), [this] {
          m_compare->setPair(m_compare->runA(), selectedRun());
@@ -317,6 +327,7 @@ void MainWindow::buildMenus() {
   for (const char* name :
        {"new run", "open config", "add run folder", "run experiment", "compare formats on folder"})
     file->addAction(action(QString::fromLatin1(name)));
+  file->addAction(action(QStringLiteral("export")));
   file->addSeparator();
   file->addAction(action(QStringLiteral("quit")));
   QMenu* edit = menuBar()->addMenu(QStringLiteral("&Edit"));
@@ -620,6 +631,10 @@ void MainWindow::updateActions() {
       ->setEnabled(r && r->folder.hasConfig && r->folder.config.quantFormat == "none" &&
                    s == RunState::Finished);
   action(QStringLiteral("delete"))->setEnabled(any && !here && !isActive(s));
+  // Export: a selected run needs a model/ or a checkpoint; with none selected, any folder.
+  action(QStringLiteral("export"))
+      ->setEnabled(!r ||
+                   !ExportDialog::modelDirOfRun(q(r->id), q(r->folder.latestCheckpoint)).isEmpty());
   for (const char* name : {"copy path", "open folder", "compare with"})
     action(QString::fromLatin1(name))->setEnabled(any);
 }
@@ -643,7 +658,7 @@ void MainWindow::runsContextMenu(const QPoint& pos) {
   QMenu menu(this);
   for (const char* name : std::initializer_list<const char*>{
            "open folder", "copy path", nullptr, "stop", "kill", "resume", nullptr, "duplicate",
-           "compare formats", "compare with", nullptr, "delete"}) {
+           "compare formats", "compare with", "export", nullptr, "delete"}) {
     if (!name)
       menu.addSeparator();
     else

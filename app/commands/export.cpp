@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli.h"
 #include "fp4lab/error.h"
 #include "fp4lab/export/export.h"
@@ -17,7 +19,9 @@ namespace {
 
 const char* kUsage =
     "fp4lab export MODEL_DIR --format FORMAT --output-dir OUT [--exclude GLOB]...\n"
-    "              [--scale-rule ceil|floor] [--max-shard-size SIZE] [--force] [--no-verify]";
+    "              [--scale-rule ceil|floor] [--max-shard-size SIZE] [--force] [--no-verify]\n"
+    "              [--events jsonl]\n"
+    "       fp4lab export --list-formats";
 
 void printHelp() {
   std::printf(
@@ -45,13 +49,44 @@ void printHelp() {
       "  --scale-rule ceil|floor MXFP4 block scales (default: the run's, else ceil)\n"
       "  --max-shard-size SIZE   shard above this size (default 5GB; 500MB, 2GiB, ...)\n"
       "  --force                 replace a non-empty OUT\n"
-      "  --no-verify             skip the read-back check\n");
+      "  --no-verify             skip the read-back check\n"
+      "  --events jsonl          one JSON object per line on stdout (progress: stage, tensor,\n"
+      "                          done, total; then finished with the summary, failed or\n"
+      "                          cancelled with a message); the summary text goes to stderr\n"
+      "  --list-formats          one JSON object per line: {\"format\", \"description\"}\n"
+      "\nSIGINT/SIGTERM cancel the export: nothing is left in OUT.\n");
 }
 
 std::string megabytes(uint64_t bytes) {
   char s[32];
   std::snprintf(s, sizeof s, "%.2f MB", double(bytes) / 1e6);
   return s;
+}
+
+// One JSON object on its own line of stdout, flushed (the workbench reads it as it comes).
+void emit(const nlohmann::json& event) {
+  std::printf("%s\n", event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  std::fflush(stdout);
+}
+
+nlohmann::json summaryEvent(const exporter::Summary& s, bool verify) {
+  return {{"event", "finished"},
+          {"output_dir", s.outputDir},
+          {"format", s.format},
+          {"quant_algo", s.quantAlgo},
+          {"source", s.source},
+          {"tensors", s.tensors},
+          {"quantized_layers", s.quantizedLayers},
+          {"verified", verify},
+          {"verified_tensors", s.verifiedTensors},
+          {"shards", s.shards},
+          {"input_bytes", s.inputBytes},
+          {"output_bytes", s.outputBytes},
+          {"compression", s.compression},
+          {"max_abs_error", s.maxAbsError},
+          {"worst_layer", s.worstLayer},
+          {"shared_tensor_scales", s.sharedTensorScales},
+          {"exclude", s.excludeList}};
 }
 
 }  // namespace
@@ -80,12 +115,19 @@ int runExport(const std::vector<std::string>& argvIn) {
       start = comma + 1;
     }
   }
-  Args args("export", argv, {"format", "output-dir", "scale-rule", "max-shard-size"},
-            {"force", "no-verify", "help"});
+  Args args("export", argv, {"format", "output-dir", "scale-rule", "max-shard-size", "events"},
+            {"force", "no-verify", "help", "list-formats"});
   if (args.has("help")) {
     printHelp();
     return 0;
   }
+  if (args.has("list-formats")) {
+    for (const std::string& name : exporter::formatNames())
+      emit({{"format", name},
+            {"description", exporter::formatDescription(*exporter::parseFormat(name))}});
+    return 0;
+  }
+  const bool jsonl = args.choice("events", {"none", "jsonl"}, "none") == "jsonl";
   args.requirePositionals(1, kUsage);
   if (!args.has("format"))
     throw Error("--format is required", "fp4lab export", "usage: " + std::string(kUsage));
@@ -120,40 +162,51 @@ int runExport(const std::vector<std::string>& argvIn) {
       std::fprintf(stderr, "%s: %" PRId64 " tensors\n", p.stage.c_str(), p.total);
     }
     lastPercent = percent;
+    if (jsonl)
+      emit({{"event", "progress"},
+            {"stage", p.stage},
+            {"tensor", p.tensor},
+            {"done", p.done},
+            {"total", p.total}});
   };
-  std::atomic<bool> cancel{false};
-  auto watched = [&](const exporter::Progress& p) {
-    if (stopRequested()) cancel = true;
-    progress(p);
-  };
-  const exporter::Summary s = exporter::exportModel(options, watched, &cancel);
+  // The stop flag (SIGINT/SIGTERM) is the exporter's cancel flag: checked between tensors, and a
+  // cancelled export removes its temporary folder and leaves OUT as it was.
+  exporter::Summary s;
+  try {
+    s = exporter::exportModel(options, progress, &stopRequested());
+  } catch (const std::exception& e) {
+    if (jsonl) emit({{"event", stopRequested() ? "cancelled" : "failed"}, {"message", e.what()}});
+    throw;
+  }
   if (tty && !lastStage.empty()) std::fprintf(stderr, "\n");
 
-  std::printf("exported %s -> %s\n", options.modelDir.c_str(), s.outputDir.c_str());
-  std::printf("  format           %s (%s)\n", s.format.c_str(), s.quantAlgo.c_str());
-  std::printf("  from             %s\n", s.source.c_str());
-  std::printf("  tensors          %" PRId64 " in %" PRId64 " shard%s, %" PRId64
-              " quantized layers\n",
-              s.tensors, s.shards, s.shards == 1 ? "" : "s", s.quantizedLayers);
-  std::printf("  bytes            %s -> %s (compression %.2fx)\n", megabytes(s.inputBytes).c_str(),
-              megabytes(s.outputBytes).c_str(), s.compression);
+  FILE* out = jsonl ? stderr : stdout;
+  std::fprintf(out, "exported %s -> %s\n", options.modelDir.c_str(), s.outputDir.c_str());
+  std::fprintf(out, "  format           %s (%s)\n", s.format.c_str(), s.quantAlgo.c_str());
+  std::fprintf(out, "  from             %s\n", s.source.c_str());
+  std::fprintf(
+      out, "  tensors          %" PRId64 " in %" PRId64 " shard%s, %" PRId64 " quantized layers\n",
+      s.tensors, s.shards, s.shards == 1 ? "" : "s", s.quantizedLayers);
+  std::fprintf(out, "  bytes            %s -> %s (compression %.2fx)\n",
+               megabytes(s.inputBytes).c_str(), megabytes(s.outputBytes).c_str(), s.compression);
   if (s.quantizedLayers > 0) {
     if (s.sharedTensorScales)
-      std::printf("  tensor scales    shared per fused group (q/k/v, gate/up)\n");
+      std::fprintf(out, "  tensor scales    shared per fused group (q/k/v, gate/up)\n");
     std::string list;
     for (const std::string& e : s.excludeList) list += (list.empty() ? "" : ", ") + e;
-    std::printf("  kept in BF16     %s\n", list.c_str());
+    std::fprintf(out, "  kept in BF16     %s\n", list.c_str());
   }
   if (options.verify) {
-    std::printf(
-        "  verified         %" PRId64 " tensors read back%s\n", s.verifiedTensors,
+    std::fprintf(
+        out, "  verified         %" PRId64 " tensors read back%s\n", s.verifiedTensors,
         s.quantizedLayers ? ", every quantized weight == fake quantization bit for bit" : "");
     if (s.quantizedLayers)
-      std::printf("  max dequant err  %.6g (vs the BF16 weight, in %s)\n", s.maxAbsError,
-                  s.worstLayer.c_str());
+      std::fprintf(out, "  max dequant err  %.6g (vs the BF16 weight, in %s)\n", s.maxAbsError,
+                   s.worstLayer.c_str());
   } else {
-    std::printf("  verified         no (--no-verify)\n");
+    std::fprintf(out, "  verified         no (--no-verify)\n");
   }
+  if (jsonl) emit(summaryEvent(s, options.verify));
   return 0;
 }
 
