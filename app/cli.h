@@ -47,7 +47,9 @@ int runGenerate(const std::vector<std::string>& args);
 int runBaseModel(const std::vector<std::string>& args);
 int runExperiment(const std::vector<std::string>& args);
 int runImport(const std::vector<std::string>& args);
-int runExport(const std::vector<std::string>& args);  // engine/export/ (fp4lab_export)
+int runExport(const std::vector<std::string>& args);   // engine/export/ (fp4lab_export)
+int runAnalyze(const std::vector<std::string>& args);  // engine/analyze/ (fp4lab_analyze)
+int runTokenize(const std::vector<std::string>& args);
 #ifdef FP4LAB_WITH_WIDGETS
 int runGui(const std::vector<std::string>& args);  // the workbench window
 #endif

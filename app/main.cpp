@@ -34,9 +34,13 @@ const fp4lab::cli::Command kCommands[] = {
     {"dequantize", "decode a file written by `fp4lab quantize` back to F32",
      fp4lab::cli::runDequantize},
     {"import", "convert a GGUF file into a Hugging Face folder", fp4lab::cli::runImport},
+    {"tokenize", "the token ids of a text under a model's tokenizer (JSON)",
+     fp4lab::cli::runTokenize},
     {"export",
      "write a deployable checkpoint (ModelOpt NVFP4, compressed-tensors NVFP4/MXFP4, BF16)",
      fp4lab::cli::runExport},
+    {"analyze", "per-layer FP4 error statistics of a model's weights (MXFP4, NVFP4), no training",
+     fp4lab::cli::runAnalyze},
 };
 
 void printHelp(FILE* out) {

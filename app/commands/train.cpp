@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cli.h"
+#include "fp4lab/data/tokenizer.h"
 #include "fp4lab/error.h"
 #include "fp4lab/log/run_log.h"
 #include "fp4lab/run/model.h"
@@ -332,6 +333,44 @@ int runBaseModel(const std::vector<std::string>& argv) {
   }
   std::string dest = args.get("output", run::cacheRoot() + "/models/tiny-v2");
   std::printf("%s\n", run::buildBuiltinModel(dest, true).c_str());
+  return 0;
+}
+
+}  // namespace fp4lab::cli
+
+namespace fp4lab::cli {
+
+int runTokenize(const std::vector<std::string>& argv) {
+  Args args("tokenize", argv, {"text"}, {"help"});
+  const char* usage = "fp4lab tokenize MODEL_DIR --text TEXT";
+  if (args.has("help")) {
+    std::printf(
+        "usage: %s\n\n"
+        "Prints the token ids of TEXT under MODEL_DIR's tokenizer as a JSON array: no BOS or EOS\n"
+        "added, and special-token strings (\"<|im_end|>\") map to their ids, as Hugging Face's\n"
+        "encode(TEXT, add_special_tokens=False). MODEL_DIR is a Hugging Face folder with\n"
+        "tokenizer.json, a run's model/ or checkpoint, builtin:tiny or builtin:smollm2-135m.\n",
+        usage);
+    return 0;
+  }
+  args.requirePositionals(1, usage);
+  if (!args.has("text"))
+    throw Error("--text is missing", "tokenize", std::string("usage: ") + usage);
+  std::string dir = args.positionals()[0];
+  if (dir == "builtin:tiny") dir = run::builtinModelPath();
+  if (dir == "builtin:smollm2-135m") dir = run::smollm2ModelPath();
+  const std::string hf = (std::filesystem::path(dir) / "tokenizer.json").string();
+  const std::string byte = (std::filesystem::path(dir) / "fp4lab_tokenizer.json").string();
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  if (std::filesystem::exists(hf))
+    tokenizer = data::loadTokenizerJson(hf);
+  else if (std::filesystem::exists(byte))
+    tokenizer = data::makeByteTokenizer();
+  else
+    throw Error("no tokenizer.json (or fp4lab_tokenizer.json)", dir,
+                "pass a Hugging Face model folder, a run's model/, or a built-in model");
+  const std::vector<int32_t> ids = tokenizer->encodeWithSpecials(args.get("text", ""));
+  std::printf("%s\n", nlohmann::json(ids).dump().c_str());
   return 0;
 }
 

@@ -71,7 +71,7 @@ def main():
         def case():
             command = rng.choice(["train", "train", "train", "experiment", "experiment", "eval",
                                   "generate", "inspect", "quantize", "dequantize", "base-model",
-                                  "bogus", "--bogus", ""])
+                                  "tokenize", "import", "export", "analyze", "bogus", "--bogus", ""])
             args = [command] if command else []
             if command == "train":
                 args += rng.choice([["--defaults"], ["--config", config_file()], [],
@@ -98,6 +98,24 @@ def main():
                     args += rng.choice([[], ["--temperature", weird()], ["--seed", weird()],
                                         ["--raw"], ["--system", weird()]])
                 args += rng.choice([[], ["--bf16"], ["--per-example"], ["--bogus"]])
+            elif command == "tokenize":
+                args += [rng.choice(paths + ["builtin:tiny", "builtin:nope"])] \
+                    if rng.random() < 0.9 else []
+                args += rng.choice([["--text", weird()], ["--text"], [], ["--bogus"]])
+            elif command == "analyze":
+                args += [rng.choice(paths)] if rng.random() < 0.9 else []
+                args += rng.choice([[], ["--formats", weird()], ["--formats", "nvfp4,mxfp4"],
+                                    ["--include", weird()], ["--exclude", weird()], ["--json"],
+                                    ["--threads", weird()]])
+            elif command in ("import", "export"):
+                args += [rng.choice(paths)] if rng.random() < 0.9 else []
+                args += rng.choice([["--output-dir", os.path.join(tmp, "out")], [],
+                                    ["--output-dir", rng.choice(paths)]])
+                if command == "export":
+                    args += rng.choice([["--format", weird()], ["--format", "bf16"], [],
+                                        ["--exclude", weird()], ["--max-shard-size", weird()]])
+                else:
+                    args += rng.choice([[], ["--dtype", weird()], ["--force"]])
             elif command in ("inspect", "quantize", "dequantize", "base-model"):
                 args += [rng.choice(paths) for _ in range(rng.randrange(0, 3))]
                 if command in ("quantize", "dequantize"):
