@@ -1,8 +1,6 @@
 // fp4lab_analyze: see fp4lab/analyze/analyze.h.
 #include "fp4lab/analyze/analyze.h"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +15,7 @@
 #include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
 #include "fp4lab/export/fused_groups.h"
+#include "fp4lab/common/glob.h"
 #include "fp4lab/io/safetensors.h"
 #include "fp4lab/run/run_config.h"
 
@@ -27,7 +26,7 @@ using json = nlohmann::json;
 
 bool matchesAny(const std::vector<std::string>& patterns, const std::string& name) {
   for (const std::string& p : patterns)
-    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;  // '*' crosses dots
+    if (globMatch(p, name)) return true;  // the recipes' and the exporter's matcher
   return false;
 }
 
@@ -52,26 +51,7 @@ Folder openFolder(const std::string& dir) {
   if (!files::isDirectory(dir))
     throw Error(files::exists(dir) ? "not a folder" : "model folder does not exist", dir,
                 "pass a Hugging Face model folder");
-  std::vector<std::string> shards;
-  const std::string index = files::join(dir, "model.safetensors.index.json");
-  if (files::isRegularFile(files::join(dir, "model.safetensors"))) {
-    shards.push_back("model.safetensors");
-  } else if (files::isRegularFile(index)) {
-    json j = readJsonFile(index);
-    if (!j.contains("weight_map") || !j["weight_map"].is_object())
-      throw Error("no \"weight_map\" object", index, "is the index complete?");
-    for (const auto& item : j["weight_map"].items()) {
-      if (!item.value().is_string()) throw Error("a weight_map entry is not a file name", index);
-      const std::string f = item.value().get<std::string>();
-      if (f.find('/') != std::string::npos)
-        throw Error("a shard name with a folder in it: " + f, index);
-      if (std::find(shards.begin(), shards.end(), f) == shards.end()) shards.push_back(f);
-    }
-    std::sort(shards.begin(), shards.end());
-  } else {
-    throw Error("not a model folder: no model.safetensors (or model.safetensors.index.json)", dir,
-                "a Hugging Face model folder holds config.json and model.safetensors");
-  }
+  const std::vector<std::string> shards = io::modelWeightFiles(dir);
   Folder f;
   for (const std::string& name : shards) {
     f.files.push_back(std::make_unique<io::SafetensorsFile>(files::join(dir, name)));

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "fp4lab/common/files.h"
+#include "fp4lab/common/glob.h"
 #include "fp4lab/error.h"
 #include "fp4lab/export/fused_groups.h"
 #include "fp4lab/io/safetensors.h"
@@ -120,28 +121,8 @@ Input openInput(const std::string& dir) {
     throw Error("not a model folder: no config.json", dir,
                 "a Hugging Face model folder holds config.json and model.safetensors");
   in.config = readJsonFile(config);
-  std::vector<std::string> shardNames;
-  const std::string index = files::join(dir, "model.safetensors.index.json");
-  if (files::isRegularFile(files::join(dir, "model.safetensors"))) {
-    shardNames.push_back("model.safetensors");
-  } else if (files::isRegularFile(index)) {
-    json j = readJsonFile(index);
-    if (!j.contains("weight_map") || !j["weight_map"].is_object())
-      throw Error("no \"weight_map\" object", index, "is the index complete?");
-    for (const auto& item : j["weight_map"].items()) {
-      if (!item.value().is_string()) throw Error("a weight_map entry is not a file name", index);
-      const std::string f = item.value().get<std::string>();
-      if (std::find(shardNames.begin(), shardNames.end(), f) == shardNames.end())
-        shardNames.push_back(f);
-    }
-    std::sort(shardNames.begin(), shardNames.end());
-  } else {
-    throw Error("not a model folder: no model.safetensors (or model.safetensors.index.json)", dir,
-                "a Hugging Face model folder holds config.json and model.safetensors");
-  }
+  const std::vector<std::string> shardNames = io::modelWeightFiles(dir);
   for (const std::string& name : shardNames) {
-    if (name.find('/') != std::string::npos)
-      throw Error("a shard name with a folder in it: " + name, index);
     in.files.push_back(std::make_unique<io::SafetensorsFile>(files::join(dir, name)));
     const size_t f = in.files.size() - 1;
     for (const io::TensorInfo& t : in.files[f]->tensors()) {
@@ -355,46 +336,6 @@ uint64_t parseByteSize(const std::string& text) {
   const double bytes = value * units.at(unit);
   if (bytes < 1 || bytes > 1.8e19) throw Error("'" + text + "' is out of range", where);
   return uint64_t(bytes);
-}
-
-bool globMatch(const std::string& pattern, const std::string& name) {
-  // Iterative matching with backtracking to the last '*'; [...] classes with '!' or '^'.
-  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
-  auto classMatch = [&](size_t at, char c, size_t* next) {
-    size_t k = at + 1;
-    bool negate = k < pattern.size() && (pattern[k] == '!' || pattern[k] == '^');
-    if (negate) ++k;
-    bool matched = false, first = true;
-    for (; k < pattern.size() && (first || pattern[k] != ']'); ++k, first = false) {
-      if (k + 2 < pattern.size() && pattern[k + 1] == '-' && pattern[k + 2] != ']') {
-        if (c >= pattern[k] && c <= pattern[k + 2]) matched = true;
-        k += 2;
-      } else if (pattern[k] == c) {
-        matched = true;
-      }
-    }
-    if (k >= pattern.size()) return -1;  // no closing ']': a literal '['
-    *next = k + 1;
-    return matched != negate ? 1 : 0;
-  };
-  while (n < name.size()) {
-    size_t next = 0;
-    int cls = p < pattern.size() && pattern[p] == '[' ? classMatch(p, name[n], &next) : -1;
-    if (cls == 1) {
-      p = next, ++n;
-    } else if (cls == -1 && p < pattern.size() && pattern[p] != '*' &&
-               (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p, ++n;
-    } else if (cls == -1 && p < pattern.size() && pattern[p] == '*') {
-      star = p++, mark = n;
-    } else if (star != std::string::npos) {
-      p = star + 1, n = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
 }
 
 // ---- The export -------------------------------------------------------------------------------

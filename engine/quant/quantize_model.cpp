@@ -49,24 +49,6 @@ std::string QuantOptions::describe() const {
   return s;
 }
 
-bool globMatch(const std::string& pattern, const std::string& name) {
-  // Iterative wildcard matching with backtracking to the last '*'.
-  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p, ++n;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++, mark = n;
-    } else if (star != std::string::npos) {
-      p = star + 1, n = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
 std::vector<std::string> selectLayers(model::CausalLM& model, const QuantOptions& options) {
   auto matchesAny = [](const std::vector<std::string>& patterns, const std::string& name) {
     for (const auto& p : patterns)

@@ -3,6 +3,8 @@
 // statistics logged at every evaluation, and the quantizer state saved with checkpoints.
 #pragma once
 
+#include "fp4lab/common/glob.h"
+
 #include <torch/torch.h>
 
 #include <functional>
@@ -38,8 +40,8 @@ struct QuantOptions {
 // calibrated amaxes), written by the quantizing recipes.
 constexpr const char* kQuantStateFile = "quant_state.json";
 
-// '*' matches any run of characters (dots included), '?' one character.
-bool globMatch(const std::string& pattern, const std::string& name);
+// The project's glob matcher (fp4lab/common/glob.h): what quant.include / quant.exclude use.
+using fp4lab::globMatch;
 
 struct QuantizedLayer {
   std::string name;  // HF module name, e.g. model.layers.0.mlp.down_proj

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "fp4lab/common/glob.h"
+
 namespace fp4lab::exporter {
 
 enum class Format {
@@ -89,7 +91,7 @@ Summary exportModel(const Options& options,
 // Hugging Face accepts. Throws fp4lab::Error.
 uint64_t parseByteSize(const std::string& text);
 
-// fnmatch-like: '*' any run of characters (dots included), '?' one character, [...] a class.
-bool globMatch(const std::string& pattern, const std::string& name);
+// The project's glob matcher (fp4lab/common/glob.h).
+using fp4lab::globMatch;
 
 }  // namespace fp4lab::exporter
