@@ -475,4 +475,26 @@ void SafetensorsWriter::write(const std::string& path) const {
   file.commit();
 }
 
+std::vector<std::string> modelWeightFiles(const std::string& dir) {
+  if (files::isRegularFile(files::join(dir, "model.safetensors"))) return {"model.safetensors"};
+  const std::string index = files::join(dir, "model.safetensors.index.json");
+  if (!files::isRegularFile(index))
+    throw Error("not a model folder: no model.safetensors (or model.safetensors.index.json)", dir,
+                "a Hugging Face model folder holds config.json and model.safetensors");
+  const nlohmann::json j = nlohmann::json::parse(files::readFile(index), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+      !j["weight_map"].is_object())
+    throw Error("no \"weight_map\" object", index, "is the index complete?");
+  std::vector<std::string> names;
+  for (const auto& item : j["weight_map"].items()) {
+    if (!item.value().is_string()) throw Error("a weight_map entry is not a file name", index);
+    const std::string f = item.value().get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos)
+      throw Error("a shard name with a folder in it (or empty): '" + f + "'", index);
+    if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 }  // namespace fp4lab::io

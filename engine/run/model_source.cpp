@@ -206,24 +206,8 @@ void loadExportFolder(const fs::path& dir, const ExportLayout& layout, torch::Dt
   b.model = model::CausalLM(config, torch::TensorOptions(dtype), /*initialize=*/false);
 
   std::vector<std::unique_ptr<io::SafetensorsFile>> shards;
-  if (fs::exists(dir / "model.safetensors")) {
-    shards.push_back(std::make_unique<io::SafetensorsFile>((dir / "model.safetensors").string()));
-  } else {
-    const std::string index = (dir / "model.safetensors.index.json").string();
-    const nlohmann::json j = nlohmann::json::parse(files::readFile(index), nullptr, false);
-    if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      throw Error("no \"weight_map\" object", index, "is the index complete?");
-    std::vector<std::string> names;
-    for (const auto& item : j["weight_map"].items()) {
-      if (!item.value().is_string()) throw Error("a weight_map entry is not a file name", index);
-      const std::string f = item.value().get<std::string>();
-      if (f.find('/') != std::string::npos) throw Error("a shard name with a folder: " + f, index);
-      if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
-    }
-    std::sort(names.begin(), names.end());
-    for (const auto& f : names)
-      shards.push_back(std::make_unique<io::SafetensorsFile>((dir / f).string()));
-  }
+  for (const std::string& f : io::modelWeightFiles(dir.string()))
+    shards.push_back(std::make_unique<io::SafetensorsFile>((dir / f).string()));
   std::map<std::string, std::pair<const io::SafetensorsFile*, const io::TensorInfo*>> tensors;
   std::vector<std::string> order;
   for (const auto& f : shards)

@@ -81,4 +81,9 @@ class SafetensorsWriter {
   std::map<std::string, std::string> m_metadata;
 };
 
+// The weight files of a Hugging Face model folder: model.safetensors, else the shards that
+// model.safetensors.index.json's weight_map names (each once, sorted). File names, not paths.
+// Throws fp4lab::Error for a folder without either, or a malformed index.
+std::vector<std::string> modelWeightFiles(const std::string& dir);
+
 }  // namespace fp4lab::io
