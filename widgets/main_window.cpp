@@ -863,7 +863,12 @@ void MainWindow::onJobFinished(const QString& id, JobState state, const QString&
                     .arg(QFileInfo(id).fileName(), QString::fromLatin1(toString(state)), message));
   if (m_experiments.count(id)) {
     m_experiments.erase(id);
-    if (state == JobState::Finished) openReport(id);
+    if (state == JobState::Finished) {
+      showMessage(
+          QStringLiteral("The built-in experiment in %1 finished; its report is open.").arg(id),
+          false);
+      openReport(id);
+    }
   }
   Q_EMIT requestPoll();
   updateActions();
