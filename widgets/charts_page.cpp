@@ -14,7 +14,8 @@
 
 namespace fp4lab::widgets {
 
-ChartsPage::ChartsPage(QWidget* parent) : QWidget(parent) {
+ChartsPage::ChartsPage(QWidget* parent)
+    : QWidget(parent), m_worker(std::make_shared<CurveWorker>()) {
   auto* bar = new QHBoxLayout;
   auto* xLabel = new QLabel(QStringLiteral("&x axis:"));
   m_x = new QComboBox;
@@ -98,7 +99,7 @@ ChartsPage::ChartsPage(QWidget* parent) : QWidget(parent) {
 }
 
 CurvePanel* ChartsPage::addPanel(const std::string& series, const QString& title, bool logAllowed) {
-  auto* panel = new CurvePanel(series, title);
+  auto* panel = new CurvePanel(series, title, m_worker);
   if (!logAllowed) m_linearOnly.insert(series);
   connect(panel, &CurvePanel::runSelected, this, &ChartsPage::runSelected);
   // Staggered frames: each panel paints in its own turn of the event loop.

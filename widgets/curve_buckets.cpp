@@ -42,19 +42,24 @@ BucketedCurve bucketAny(const PointList& points, double x0, double x1, int bucke
   const auto bucketOf = [&](double x) {
     return width > 0 ? std::clamp(int(std::floor((x - x0) / width)), 0, buckets - 1) : 0;
   };
+  // Each bucket's end by bisection (bucketOf is non-decreasing in x), then one tight pass over
+  // its values: the per-point work is a min and a max, not a division.
+  out.line.reserve(size_t(buckets) + 2), out.low.reserve(size_t(buckets));
+  out.high.reserve(size_t(buckets));
   auto it = first;
   while (it != last) {
     const int b = bucketOf(double(it->first));
-    double lo = it->second, hi = it->second;
-    auto end = it + 1;
-    for (; end != last && bucketOf(double(end->first)) == b; ++end) {
-      lo = std::min(lo, double(end->second));
-      hi = std::max(hi, double(end->second));
+    const auto end = std::partition_point(
+        it, last, [&](const Point& p) { return bucketOf(double(p.first)) <= b; });
+    auto lo = it->second, hi = it->second;
+    for (auto p = it + 1; p != end; ++p) {
+      lo = p->second < lo ? p->second : lo;
+      hi = p->second > hi ? p->second : hi;
     }
     const std::pair<double, double> lastPoint = asDouble(*(end - 1));
     out.line.push_back(lastPoint);
-    out.low.emplace_back(lastPoint.first, lo);
-    out.high.emplace_back(lastPoint.first, hi);
+    out.low.emplace_back(lastPoint.first, double(lo));
+    out.high.emplace_back(lastPoint.first, double(hi));
     it = end;
   }
   if (after) out.line.push_back(asDouble(*last));

@@ -31,6 +31,7 @@
 
 #include "fp4lab/widgets/curve_buckets.h"
 #include "fp4lab/widgets/run_charts.h"
+#include "fp4lab/widgets/vector_state.h"
 
 namespace fp4lab::widgets {
 
@@ -67,17 +68,12 @@ QString formatY(double v) {
 
 }  // namespace
 
-// What one shown run contributes: its points (log10 when the axis is log), smoothed, in single
-// precision, and the series that draw it. The raw points are kept only for runs drawn in detail
-// (their faint raw curve and min/max band): the selected run, or every run when few are shown.
+// What the chart holds of one run: the series that draw it, what they were last handed (a frame
+// that would hand them the same points skips replace()), and the run's full curve from the
+// worker for the hover read-out and clicks.
 struct CurvePanel::RunCurve {
-  std::shared_ptr<const RunCurves> source;  // the curves the cache was built from
-  CurveSettings settings;
   std::string name;
-  FloatPoints shown;  // transformed and smoothed; x non-decreasing
-  FloatPoints raw;    // transformed, not smoothed; empty unless drawn in detail with smoothing
-  bool rawBuilt = false;
-  // What the series hold now: a frame that would hand them the same points skips replace().
+  std::shared_ptr<const FloatPoints> shown;  // transformed and smoothed; x non-decreasing
   struct Key {
     const RunCurves* source = nullptr;
     double x0 = 0, x1 = 0;
@@ -170,8 +166,13 @@ class CurveChartView : public QChartView {
   QPoint m_origin;
 };
 
-CurvePanel::CurvePanel(const std::string& series, const QString& title, QWidget* parent)
-    : QWidget(parent), m_series(series), m_title(title) {
+CurvePanel::CurvePanel(const std::string& series, const QString& title,
+                       std::shared_ptr<CurveWorker> worker, QWidget* parent)
+    : QWidget(parent),
+      m_series(series),
+      m_title(title),
+      m_worker(worker ? std::move(worker) : std::make_shared<CurveWorker>()) {
+  guardVectorState();
   auto* chart = new QChart;
   chart->setTheme(QChart::ChartThemeLight);
   chart->setAnimationOptions(QChart::NoAnimation);
@@ -215,11 +216,19 @@ CurvePanel::CurvePanel(const std::string& series, const QString& title, QWidget*
   m_frame->setInterval(33);
   connect(m_frame, &QTimer::timeout, this, [this] {
     // A panel scrolled out of view waits until it is scrolled back (ChartsPage asks again).
-    if (m_dirty && onScreen()) redrawNow();
+    if (m_dirty && onScreen()) requestFrame();
+  });
+  // Frames arrive on the worker's thread and are drawn in this one's event loop.
+  m_worker->setDelivery(this, [this](std::shared_ptr<const CurveFrame> frame) {
+    QMetaObject::invokeMethod(
+        this, [this, frame] { applyFrame(frame); }, Qt::QueuedConnection);
   });
 }
 
-CurvePanel::~CurvePanel() = default;
+// Before QObject's destructor drops the frames already posted: none is posted after this.
+CurvePanel::~CurvePanel() {
+  m_worker->forget(this);
+}
 
 QChart* CurvePanel::chart() const {
   return m_view->chart();
@@ -261,7 +270,6 @@ void CurvePanel::resizeEvent(QResizeEvent* event) {
 void CurvePanel::setRuns(RunSnapshotsPtr runs, const std::set<std::string>& shown) {
   m_runs = std::move(runs);
   m_shown = shown;
-  m_cacheDirty = true;
   markDirty();
 }
 
@@ -270,14 +278,12 @@ void CurvePanel::setSettings(const CurveSettings& settings) {
   const bool newX = settings.x != m_settings.x;
   m_settings = settings;
   if (newX) m_zoomed = false;  // another unit: the old range means nothing
-  m_cacheDirty = true;
   markDirty();
 }
 
 void CurvePanel::setSelectedRun(const std::string& id) {
   if (id == m_selected) return;
   m_selected = id;
-  m_cacheDirty = true;  // the selected run is drawn in detail (its raw points)
   markDirty();
 }
 
@@ -297,218 +303,108 @@ void CurvePanel::resetZoom() {
 
 bool CurvePanel::hasData() const {
   for (const auto& [id, c] : m_curves)
-    if (!c->shown.empty()) return true;
+    if (c->shown && !c->shown->empty()) return true;
   return false;
 }
 
-namespace {
-
-// A run's series in the chart's units: x as chosen, sorted (wall time and tokens may step back
-// across a resume), log10 of the positive values on a log axis.
-Points chartPoints(const RunCurves& curves, const std::string& series, const CurveSettings& s) {
-  Points raw = curves.series(series, s.x);
-  const auto byX = [](const auto& a, const auto& b) { return a.first < b.first; };
-  if (!std::is_sorted(raw.begin(), raw.end(), byX)) std::stable_sort(raw.begin(), raw.end(), byX);
-  if (s.logY) {
-    Points positive;
-    positive.reserve(raw.size());
-    for (const auto& [x, y] : raw)
-      if (y > 0) positive.emplace_back(x, std::log10(y));
-    raw = std::move(positive);
-  }
-  return raw;
-}
-
-FloatPoints toFloat(const Points& p) {
-  FloatPoints out;
-  out.reserve(p.size());
-  for (const auto& [x, y] : p) out.emplace_back(float(x), float(y));
-  return out;
-}
-
-bool smoothed(const CurveSettings& s) {
-  return s.smoothing > 0 || s.movingAverage > 1;
-}
-
-}  // namespace
-
-bool CurvePanel::inDetail(const std::string& id) const {
-  return id == m_selected || m_curves.size() <= kDetailedRuns;
-}
-
-void CurvePanel::rebuildCache() {
-  // At most about this many points are transformed per frame, so 20 runs of 100 000 steps load
-  // over a few frames instead of stalling the GUI thread for one long one.
-  constexpr size_t kPointsPerFrame = 100000;
-  size_t budget = kPointsPerFrame;
-  bool pending = false;
-  std::set<std::string> keep;
-  if (m_runs) {
-    for (const RunSnapshot& run : *m_runs) {
-      if (!m_shown.count(run.id) || !run.curves) continue;
-      keep.insert(run.id);
-      auto& c = m_curves[run.id];
-      if (!c) c = std::make_unique<RunCurve>();
-      c->name = run.name;
-      const bool stale = c->source != run.curves || c->settings != m_settings;
-      const bool needRaw = smoothed(m_settings) && inDetail(run.id) && !c->rawBuilt;
-      if (!stale && !needRaw) continue;
-      if (budget == 0) {
-        pending = true;
-        continue;
-      }
-      const Points raw = chartPoints(*run.curves, m_series, m_settings);
-      budget -= std::min(budget, raw.size());
-      if (stale) {
-        c->source = run.curves;
-        c->settings = m_settings;
-        c->shown = toFloat(smoothCurve(raw, m_settings.smoothing, m_settings.movingAverage));
-        c->raw.clear();
-        c->rawBuilt = false;
-      }
-      if (smoothed(m_settings) && inDetail(run.id)) {
-        c->raw = toFloat(raw);
-        c->rawBuilt = true;
-      } else if (!inDetail(run.id) && c->rawBuilt) {
-        c->raw.clear();
-        c->raw.shrink_to_fit();
-        c->rawBuilt = false;
-      }
-    }
-  }
-  m_cacheDirty = pending;
-  QChart* ch = chart();
-  for (auto it = m_curves.begin(); it != m_curves.end();) {
-    if (keep.count(it->first)) {
-      ++it;
-      continue;
-    }
-    for (QLineSeries* s : {it->second->line, it->second->faint, it->second->band}) {
-      if (!s) continue;
-      ch->removeSeries(s);
-      delete s;
-    }
-    it = m_curves.erase(it);
-  }
+uint64_t CurvePanel::requestFrame() {
+  CurveRequest r;
+  r.series = m_series;
+  r.runs = m_runs;
+  r.shown = m_shown;
+  r.selected = m_selected;
+  r.settings = m_settings;
+  r.follow = !m_zoomed;
+  r.x0 = m_x0, r.x1 = m_x1;
+  const QRectF plot = chart()->plotArea();
+  r.plotWidth = plot.width() > 0 ? int(plot.width()) : 600;
+  m_dirty = false;
+  return m_worker->submit(this, std::move(r));
 }
 
 int CurvePanel::redrawNow() {
-  if (m_cacheDirty) rebuildCache();
-  m_dirty = m_cacheDirty;  // runs still to load: another frame follows
+  const std::shared_ptr<const CurveFrame> frame = m_worker->wait(this, requestFrame());
+  if (frame) applyFrame(frame);
+  return m_drawnPoints;
+}
+
+void CurvePanel::applyFrame(const std::shared_ptr<const CurveFrame>& frame) {
+  // Frames come in order; one already drawn by redrawNow() arrives again by the event loop.
+  if (frame->generation <= m_applied) return;
+  m_applied = frame->generation;
+  clearUpperVectorState();  // when called outside an event (redrawNow)
   QChart* ch = chart();
   auto* xAxis = qobject_cast<QValueAxis*>(ch->axes(Qt::Horizontal).value(0));
   auto* yAxis = qobject_cast<QCategoryAxis*>(ch->axes(Qt::Vertical).value(0));
-  xAxis->setTitleText(xTitle(m_settings.x));
-  // x: the data's range while following, else the user's.
-  if (!m_zoomed) {
-    double lo = kInf, hi = -kInf;
-    for (const auto& [id, c] : m_curves) {
-      if (c->shown.empty()) continue;
-      lo = std::min(lo, double(c->shown.front().first));
-      hi = std::max(hi, double(c->shown.back().first));
-    }
-    if (!(lo <= hi)) lo = 0, hi = 1;
-    if (hi == lo) lo -= 0.5, hi += 0.5;
-    m_x0 = lo, m_x1 = hi;
-  }
-  // One bucket per two pixels, within a budget of points per chart: Qt Charts spends about 10 us
-  // per point on a replace() and its paint (docs/performance.md), so 20 runs share 4000 points.
-  constexpr int kPointBudget = 4000;
-  const double plotWidth = ch->plotArea().width() > 0 ? ch->plotArea().width() : 600;
-  const int buckets = std::clamp(kPointBudget / std::max<int>(1, int(m_curves.size())), 50,
-                                 std::max(50, int(plotWidth / 2)));
-  const bool smoothing = smoothed(m_settings);
-  double yLo = kInf, yHi = -kInf;
-  int points = 0;
-  const auto addSeries = [&](QLineSeries* s, bool inLegend) {
-    ch->addSeries(s);
-    s->attachAxis(xAxis);
-    s->attachAxis(yAxis);
-    for (QLegendMarker* m : ch->legend()->markers(s)) m->setVisible(inLegend);
-  };
+  xAxis->setTitleText(xTitle(frame->settings.x));
+  // A zoom asked for after this frame's request keeps its own range (a newer frame follows).
+  if (!m_zoomed) m_x0 = frame->x0, m_x1 = frame->x1;
   const auto drop = [&](QLineSeries*& s) {
     if (!s) return;
     ch->removeSeries(s);
     delete s;
     s = nullptr;
   };
-  for (const auto& [id, c] : m_curves) {
-    const bool selected = id == m_selected, detail = inDetail(id);
-    const RunCurve::Key key{c->source.get(), m_x0, m_x1, buckets, detail, selected, m_settings};
-    if (c->line && key == c->drawn) {  // nothing new for this run: its series stay as they are
-      yLo = std::min(yLo, c->yLo), yHi = std::max(yHi, c->yHi);
-      points += int(c->line->count()) + (c->faint ? int(c->faint->count()) : 0) +
-                (c->band ? int(c->band->count()) : 0);
+  // Runs no longer shown.
+  std::set<std::string> ids;
+  for (const CurveFrame::Run& r : frame->runs) ids.insert(r.id);
+  for (auto it = m_curves.begin(); it != m_curves.end();) {
+    if (ids.count(it->first)) {
+      ++it;
       continue;
     }
-    c->drawn = key;
-    const QColor colour = runColour(c->name);
-    const BucketedCurve b = bucketCurve(c->shown, m_x0, m_x1, buckets);
-    if (!c->line) c->line = new QLineSeries, addSeries(c->line, true);
-    c->line->setName(QString::fromStdString(c->name));
-    QPen pen(colour);
-    pen.setWidthF(selected ? 3.0 : 1.6);
-    c->line->setPen(pen);
-    c->line->replace(toQPoints(b.line));
-    c->line->setPointsVisible(b.line.size() == 1);
-    points += int(b.line.size());
-    c->yLo = kInf, c->yHi = -kInf;
-    for (const auto& [x, y] : b.line)
-      if (x >= m_x0 && x <= m_x1) c->yLo = std::min(c->yLo, y), c->yHi = std::max(c->yHi, y);
-    yLo = std::min(yLo, c->yLo), yHi = std::max(yHi, c->yHi);
-    // In detail: the raw curve faint under a smoothed one, and the min/max band when bucketed.
-    const BucketedCurve raw =
-        detail && smoothing ? bucketCurve(c->raw, m_x0, m_x1, buckets) : BucketedCurve{};
-    if (detail && smoothing) {
-      if (!c->faint) c->faint = new QLineSeries, addSeries(c->faint, false);
-      QColor faint = colour;
-      faint.setAlpha(80);
-      c->faint->setPen(QPen(faint, 1.0));
-      c->faint->replace(toQPoints(raw.line));
-      points += int(raw.line.size());
-    } else {
-      drop(c->faint);
-    }
-    const BucketedCurve& banded = smoothing ? raw : b;
-    if (detail && banded.bucketed()) {
-      // A zigzag through each bucket's min and max: buckets two pixels apart fill in as a band,
-      // at the cost of one line series (an area series costs ten times as much to paint).
-      QList<QPointF> zigzag;
-      zigzag.reserve(qsizetype(2 * banded.low.size()));
-      for (size_t i = 0; i < banded.low.size(); ++i) {
-        const bool up = i % 2 == 0;
-        zigzag.append(
-            QPointF(banded.low[i].first, up ? banded.low[i].second : banded.high[i].second));
-        zigzag.append(
-            QPointF(banded.low[i].first, up ? banded.high[i].second : banded.low[i].second));
-      }
-      if (!c->band) c->band = new QLineSeries, addSeries(c->band, false);
-      QColor fill = colour;
-      fill.setAlpha(55);
-      c->band->setPen(QPen(fill, 1.0));
-      c->band->replace(zigzag);
-      points += int(zigzag.size());
-    } else {
-      drop(c->band);
-    }
+    drop(it->second->line), drop(it->second->faint), drop(it->second->band);
+    it = m_curves.erase(it);
   }
-  m_drawnPoints = points;
-  // A cheaper painter for many points: antialiasing doubles Qt Charts' paint time.
-  m_view->setRenderHint(QPainter::Antialiasing, points <= 2500);
-  xAxis->setRange(m_x0, m_x1);
+  // Qt Charts recomputes a series' geometry (and the stroked outline it hit-tests with, the
+  // costliest part) on every replace() and on every axis range change. So the series that change
+  // are emptied first, the axes set, and only then are the new points handed over: each series'
+  // geometry is computed once per frame instead of once per change.
+  struct Change {
+    RunCurve* curve;
+    const CurveFrame::Run* run;
+  };
+  std::vector<Change> changes;
+  double yLo = kInf, yHi = -kInf;
+  for (const CurveFrame::Run& r : frame->runs) {
+    auto& c = m_curves[r.id];
+    if (!c) c = std::make_unique<RunCurve>();
+    c->name = r.name;
+    c->shown = r.shown;
+    const RunCurve::Key key{r.source.get(), frame->x0,  frame->x1,      frame->buckets,
+                            r.detail,       r.selected, frame->settings};
+    if (!c->line || !(key == c->drawn)) {  // else its series stay as they are
+      c->drawn = key;
+      c->yLo = r.yLo, c->yHi = r.yHi;
+      changes.push_back({c.get(), &r});
+      for (QLineSeries* s : {c->line, c->faint, c->band})
+        if (s) s->clear();
+    }
+    yLo = std::min(yLo, c->yLo), yHi = std::max(yHi, c->yHi);
+  }
   // While following the data, round numbers at the ends; a zoom shows exactly what was chosen.
-  if (!m_zoomed) xAxis->applyNiceNumbers();
-  if (!(yLo <= yHi)) yLo = m_settings.logY ? -1 : 0, yHi = m_settings.logY ? 0 : 1;
+  // (Worked out on a detached axis: one range change of the chart's axis, not two.)
+  if (m_zoomed) {
+    xAxis->setRange(m_x0, m_x1);
+  } else {
+    QValueAxis nice;
+    nice.setTickCount(xAxis->tickCount());
+    nice.setRange(m_x0, m_x1);
+    nice.applyNiceNumbers();
+    xAxis->setRange(nice.min(), nice.max());
+  }
+  const bool logY = frame->settings.logY;
+  if (!(yLo <= yHi)) yLo = logY ? -1 : 0, yHi = logY ? 0 : 1;
   const double span = yHi - yLo;
   const double pad = span > 0 ? 0.05 * span : 0.05 * std::max(1e-3, std::abs(yHi));
   const double lo = yLo - pad, hi = yHi + pad;
   // The labels change only when the range does (a new label set relayouts the axis).
   const int labels = std::clamp(int(ch->plotArea().height() / 40), 2, 8);
-  if (lo != m_yLo || hi != m_yHi || labels != m_yLabels) {
-    m_yLo = lo, m_yHi = hi, m_yLabels = labels;
+  if (lo != m_yLo || hi != m_yHi || labels != m_yLabels || logY != m_yLog) {
+    m_yLo = lo, m_yHi = hi, m_yLabels = labels, m_yLog = logY;
     for (const QString& label : yAxis->categoriesLabels()) yAxis->remove(label);
     yAxis->setStartValue(lo);
-    if (m_settings.logY) {
+    if (logY) {
       std::vector<double> values =
           detail::logAxisLabels(std::pow(10.0, lo), std::pow(10.0, hi), labels);
       // A range too narrow for the log ladders gets evenly spaced values, possibly more than fit.
@@ -533,23 +429,56 @@ int CurvePanel::redrawNow() {
       ch->layout()->invalidate();
     }
   }
+  // The new points.
+  const auto addSeries = [&](QLineSeries* s, bool inLegend) {
+    ch->addSeries(s);
+    s->attachAxis(xAxis);
+    s->attachAxis(yAxis);
+    for (QLegendMarker* m : ch->legend()->markers(s)) m->setVisible(inLegend);
+  };
+  const auto hand = [&](QLineSeries*& s, const Points& points, const QPen& pen, bool inLegend) {
+    if (points.empty()) return drop(s);
+    if (!s) s = new QLineSeries, addSeries(s, inLegend);
+    s->setPen(pen);
+    s->replace(toQPoints(points));
+  };
+  for (const auto& [c, r] : changes) {
+    const QColor colour = runColour(r->name);
+    QPen pen(colour);
+    pen.setWidthF(r->selected ? 3.0 : 1.6);
+    QColor faint = colour, fill = colour;
+    faint.setAlpha(80);
+    fill.setAlpha(55);
+    hand(c->band, r->band, QPen(fill, 1.0), false);
+    hand(c->faint, r->faint, QPen(faint, 1.0), false);
+    if (!c->line) c->line = new QLineSeries, addSeries(c->line, true);
+    c->line->setName(QString::fromStdString(r->name));
+    c->line->setPen(pen);
+    c->line->setPointsVisible(r->line.size() == 1);
+    c->line->replace(toQPoints(r->line));
+  }
+  int points = 0;
+  for (const auto& [id, c] : m_curves)
+    for (QLineSeries* s : {c->line, c->faint, c->band})
+      if (s) points += int(s->count());
+  m_drawnPoints = points;
+  // A cheaper painter for many points: antialiasing doubles Qt Charts' paint time.
+  m_view->setRenderHint(QPainter::Antialiasing, points <= 2500);
   QStringList names;
   for (const auto& [id, c] : m_curves) names << QString::fromStdString(c->name);
   m_view->setAccessibleDescription(QStringLiteral("%1 of %2 runs: %3")
                                        .arg(m_title)
                                        .arg(m_curves.size())
                                        .arg(names.join(QStringLiteral(", "))));
-  if (m_dirty) m_frame->start();
-  return points;
 }
 
 QString CurvePanel::readoutAt(double x) const {
   QStringList lines;
   for (const auto& [id, c] : m_curves) {
-    const double v = valueAt(c->shown, x);
+    const double v = c->shown ? valueAt(*c->shown, x) : NAN;
     if (!std::isfinite(v)) continue;
     lines << QStringLiteral("%1: %2").arg(QString::fromStdString(c->name),
-                                          formatY(m_settings.logY ? std::pow(10.0, v) : v));
+                                          formatY(c->drawn.settings.logY ? std::pow(10.0, v) : v));
   }
   return lines.join(QLatin1Char('\n'));
 }
@@ -558,7 +487,7 @@ std::string CurvePanel::runNear(double x, double y, double tolerance) const {
   std::string best;
   double bestDistance = tolerance;
   for (const auto& [id, c] : m_curves) {
-    const double v = valueAt(c->shown, x);
+    const double v = c->shown ? valueAt(*c->shown, x) : NAN;
     if (std::isfinite(v) && std::abs(v - y) <= bestDistance)
       bestDistance = std::abs(v - y), best = id;
   }

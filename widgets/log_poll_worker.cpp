@@ -14,6 +14,7 @@
 
 #include "fp4lab/common/files.h"
 #include "fp4lab/widgets/run_curves.h"
+#include "fp4lab/widgets/vector_state.h"
 
 namespace fp4lab::widgets {
 
@@ -161,6 +162,7 @@ bool LogPollWorker::update(Tracked& run) {
 }
 
 void LogPollWorker::poll() {
+  clearUpperVectorState();  // this thread was started from the GUI thread
   ensureTimers();
   QElapsedTimer clock;
   clock.start();

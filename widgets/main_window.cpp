@@ -47,6 +47,7 @@
 #include "fp4lab/widgets/new_run_dialog.h"
 #include "fp4lab/widgets/run_details.h"
 #include "fp4lab/widgets/run_table_model.h"
+#include "fp4lab/widgets/vector_state.h"
 
 namespace fp4lab::widgets {
 
@@ -73,6 +74,7 @@ QString freshRunDir(const QString& root, const QString& name) {
 
 MainWindow::MainWindow(const WorkbenchOptions& options, QWidget* parent)
     : QMainWindow(parent), m_options(options) {
+  guardVectorState();  // every event handler of the GUI thread starts with clean vector state
   setObjectName(QStringLiteral("fp4lab workbench"));
   setWindowTitle(QStringLiteral("fp4lab workbench"));
   qRegisterMetaType<RunSnapshotsPtr>();

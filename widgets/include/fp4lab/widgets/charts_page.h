@@ -6,6 +6,7 @@
 
 #include <QWidget>
 
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,7 @@ class ChartsPage : public QWidget {
   QLabel* m_smoothingValue = nullptr;
   QSpinBox* m_average = nullptr;
   QGridLayout* m_grid = nullptr;
+  std::shared_ptr<CurveWorker> m_worker;  // one thread buckets for every panel
   std::vector<CurvePanel*> m_panels;
   std::set<std::string> m_linearOnly;
   std::string m_selected;

@@ -1,8 +1,9 @@
 // One live chart of one series ("eval/val_loss", "train/loss", ...) for every shown run. The
-// curves stay at full resolution in the snapshots; each frame buckets the visible x-range at the
-// plot's width in pixels (the last value as the line, min/max as a faint band; smoothing first,
-// on the whole series) and hands Qt Charts one replace() per series. New data or a zoom marks the
-// panel dirty; one 33 ms timer coalesces them into a frame, and a hidden panel does no work.
+// curves stay at full resolution in the snapshots; for each frame the chart worker (its own
+// thread) buckets the visible x-range at the plot's width in pixels (the last value as the line,
+// min/max as a faint band; smoothing first, on the whole series) and the panel hands Qt Charts one
+// replace() per series that changed. New data or a zoom marks the panel dirty; one 33 ms timer
+// coalesces them into one tagged request to the worker, and a hidden panel does no work.
 // Rubber-band and wheel zoom (x), reset; the range follows a live run until the user zooms;
 // hover reads every shown run's value at that x; a click selects the run under the cursor.
 #pragma once
@@ -17,6 +18,7 @@
 #include <set>
 #include <string>
 
+#include "fp4lab/widgets/curve_worker.h"
 #include "fp4lab/widgets/run_snapshot.h"
 
 class QChart;
@@ -25,25 +27,15 @@ class QTimer;
 
 namespace fp4lab::widgets {
 
-struct CurveSettings {
-  XAxis x = XAxis::Step;
-  bool logY = true;
-  double smoothing = 0;   // debiased EMA weight in [0, 1)
-  int movingAverage = 1;  // trailing window in points; 1: off
-  bool operator==(const CurveSettings& o) const {
-    return x == o.x && logY == o.logY && smoothing == o.smoothing &&
-           movingAverage == o.movingAverage;
-  }
-  bool operator!=(const CurveSettings& o) const { return !(*this == o); }
-};
-
 class CurveChartView;
 
 class CurvePanel : public QWidget {
   Q_OBJECT
 
  public:
-  CurvePanel(const std::string& series, const QString& title, QWidget* parent = nullptr);
+  // Panels of one page share `worker`; without one the panel starts its own.
+  CurvePanel(const std::string& series, const QString& title,
+             std::shared_ptr<CurveWorker> worker = nullptr, QWidget* parent = nullptr);
   ~CurvePanel() override;
 
   const std::string& series() const { return m_series; }
@@ -58,8 +50,8 @@ class CurvePanel : public QWidget {
   bool isZoomed() const { return m_zoomed; }
   std::pair<double, double> xRange() const { return {m_x0, m_x1}; }
 
-  // Draws now instead of at the next frame (tests, benchmark); returns the points handed to the
-  // chart.
+  // Draws now instead of at the next frame (tests, benchmark): the same request to the worker,
+  // waited for. Returns the points handed to the chart.
   int redrawNow();
   // Asks for a frame (coalesced; none while the panel is hidden or scrolled out of view).
   void markDirty();
@@ -92,12 +84,9 @@ class CurvePanel : public QWidget {
  private:
   friend class CurveChartView;
   struct RunCurve;
-  void rebuildCache();
-  bool inDetail(const std::string& id) const;
   bool onScreen() const;
-  // Runs drawn with their raw curve and min/max band, besides the selected one, when at most this
-  // many are shown.
-  static constexpr size_t kDetailedRuns = 4;
+  uint64_t requestFrame();
+  void applyFrame(const std::shared_ptr<const CurveFrame>& frame);
   void updateReadout(double x);
   void contextMenu(const QPoint& global);
 
@@ -107,16 +96,19 @@ class CurvePanel : public QWidget {
   RunSnapshotsPtr m_runs;
   std::set<std::string> m_shown;
   std::string m_selected;
-  std::map<std::string, std::unique_ptr<RunCurve>> m_curves;  // shown runs, by id
+  std::shared_ptr<CurveWorker> m_worker;
+  uint64_t m_applied = 0;                                     // the last frame drawn
+  std::map<std::string, std::unique_ptr<RunCurve>> m_curves;  // drawn runs, by id
   CurveChartView* m_view = nullptr;
   QLabel* m_readout = nullptr;
   QTimer* m_frame = nullptr;
-  bool m_dirty = true, m_cacheDirty = true, m_zoomed = false;
+  bool m_dirty = true, m_zoomed = false;
   double m_x0 = 0, m_x1 = 1;
   int m_drawnPoints = 0;
   int m_labelChars = -1;  // the widest y label at the last layout
   double m_yLo = NAN, m_yHi = NAN;
   int m_yLabels = 0;
+  bool m_yLog = true;
 };
 
 }  // namespace fp4lab::widgets
