@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "fp4lab/analyze/analyze.h"
+#include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
 #include "progress.h"
 
@@ -16,7 +17,7 @@ namespace {
 
 const char* kUsage =
     "fp4lab analyze MODEL_DIR [--formats mxfp4,mxfp4-floor,nvfp4,nvfp4-2d] [--include GLOB]...\n"
-    "              [--exclude GLOB]... [--threads N] [--json]";
+    "              [--exclude GLOB]... [--threads N] [--json] [--output FILE.h5 [--force]]";
 
 void printHelp() {
   std::printf(
@@ -26,7 +27,11 @@ void printHelp() {
       "statistics under the run log's /quant metric names (sqnr_db, rel_l2, mse, cosine,\n"
       "max_abs, clip_frac, zero_frac) and its outlier counts (|w| > 3 rms, |w| > 6 rms), one line\n"
       "per layer (Hugging Face module name) and format. NVFP4 uses one tensor scale per fused\n"
-      "group (q/k/v, gate/up), the group's largest amax, as training and export do.\n\n"
+      "group (q/k/v, gate/up), the group's largest amax, as training and export do.\n"
+      "--output also writes each block's MSE, histograms of the weights (log-spaced |w|, by\n"
+      "sign), of the block scale codes (E8M0 exponents, E4M3 codes) and of block amax / tensor\n"
+      "amax, and the outlier counts (|w| > 3, 6, 10 rms) to an HDF5 file laid out like a run\n"
+      "log's /quant group, one /quant/<format> group per format (docs/log-schema.md).\n\n"
       "options:\n"
       "  --formats LIST   comma-separated, of mxfp4 (ceil scales), mxfp4-floor (OCP floor\n"
       "                   scales), nvfp4, nvfp4-2d (16x16 weight blocks); default: all four\n"
@@ -36,8 +41,12 @@ void printHelp() {
       "                   (*lm_head*,*embed*,*router*,*.gate)\n"
       "  --threads N      layers analysed at once (default: the hardware threads)\n"
       "  --json           print the analysis as JSON: {model, formats, seconds, layers: [{module,\n"
-      "                   format, rows, cols, sqnr_db, rel_l2, ..., outliers_3rms, ...}]}\n"
-      "\nSIGINT/SIGTERM cancel the analysis.\n",
+      "                   format, rows, cols, sqnr_db, rel_l2, ..., outliers_3rms, ...,\n"
+      "                   worst_block, worst_block_mse}]}\n"
+      "  --output FILE    write the analysis to FILE (HDF5), atomically (temporary name, rename)\n"
+      "  --force          replace FILE if it exists\n"
+      "\nProgress shows on stderr when it is a terminal. SIGINT/SIGTERM cancel the analysis\n"
+      "(exit code 2, no output file).\n",
       kUsage);
 }
 
@@ -69,7 +78,7 @@ int runAnalyze(const std::vector<std::string>& rawArgs) {
       argv.push_back(a);
     }
   }
-  Args args("analyze", argv, {"formats", "threads"}, {"json", "help"});
+  Args args("analyze", argv, {"formats", "threads", "output"}, {"json", "force", "help"});
   if (args.has("help")) {
     printHelp();
     return 0;
@@ -87,6 +96,24 @@ int runAnalyze(const std::vector<std::string>& rawArgs) {
   options.exclude = exclude;
   options.threads = int(args.integer("threads", 0, 0, 1024));
   const bool json = args.has("json");
+  const std::string output = args.get("output", "");
+  const bool force = args.has("force");
+  if (args.has("output") && output.empty())
+    throw Error("--output is empty", "--output", "e.g. --output analysis.h5");
+  if (force && output.empty())
+    throw Error("--force without --output", "--force", "it replaces the --output file");
+  if (!output.empty()) {  // before the work: an existing file or a missing folder fails fast
+    if (files::isDirectory(output))
+      throw Error("output is a folder", output, "give a file name, e.g. analysis.h5");
+    if (files::exists(output) && !force)
+      throw Error("output file exists", output,
+                  "pass --force to replace it, or choose another path (fp4lab analyze)");
+    const std::string parent = files::parentOf(output);
+    if (!parent.empty() && !files::isDirectory(parent))
+      throw Error("output folder does not exist", parent, "create it first");
+  }
+  // Per-block errors are kept only for the file (they take 4 bytes per block and format).
+  options.blocks = !output.empty();
 
   installStopHandlers();
   const bool tty = ::isatty(2);
@@ -97,12 +124,17 @@ int runAnalyze(const std::vector<std::string>& rawArgs) {
   };
   const analyze::Analysis a = analyze::analyzeModel(options, progress, &stopRequested());
   if (tty) std::fprintf(stderr, "\r%80s\r", "");
+  if (!output.empty()) {
+    if (stopRequested()) throw Error("analysis cancelled", output, "nothing was written");
+    analyze::writeAnalysisFile(a, output, force);
+  }
   if (json) {
     std::printf("%s\n", analyze::toJson(a).c_str());
   } else {
     std::fputs(analyze::formatTable(a).c_str(), stdout);
     std::printf("%zu layers x %zu formats in %s on %d threads\n", a.layers.size(), a.formats.size(),
                 duration(a.seconds).c_str(), a.threads);
+    if (!output.empty()) std::printf("wrote %s\n", output.c_str());
   }
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "fp4lab/export/fused_groups.h"
 #include "fp4lab/common/glob.h"
 #include "fp4lab/io/safetensors.h"
+#include "fp4lab/kernels/formats.h"
 #include "fp4lab/run/run_config.h"
 
 namespace fp4lab::analyze {
@@ -83,6 +84,7 @@ std::vector<Layer> selectFrom(const Folder& folder, const Options& options) {
   return layers;
 }
 
+// sqrt(mean w^2), the amax, the outlier counts and the signed weight histogram, in two passes.
 LayerOutliers outliersOf(const std::vector<float>& w) {
   LayerOutliers o;
   double sum2 = 0;
@@ -90,13 +92,46 @@ LayerOutliers outliersOf(const std::vector<float>& w) {
   for (float v : w)
     if (std::isfinite(v)) sum2 += double(v) * v, ++n, o.amax = std::max(o.amax, std::fabs(v));
   o.rms = n > 0 ? std::sqrt(sum2 / double(n)) : 0.0;
+  const LogBins& bins = weightBins();
+  o.negative.assign(size_t(bins.size()), 0);
+  o.positive.assign(size_t(bins.size()), 0);
+  const double t3 = 3 * o.rms, t6 = 6 * o.rms, t10 = 10 * o.rms;
   for (float v : w) {
+    (std::signbit(v) ? o.negative : o.positive)[size_t(bins.index(std::fabs(v)))]++;
     if (!std::isfinite(v)) continue;
     const double a = std::fabs(double(v));
-    if (a > 3 * o.rms) ++o.over3;
-    if (a > 6 * o.rms) ++o.over6;
+    o.over3 += a > t3;
+    o.over6 += a > t6;
+    o.over10 += a > t10;
   }
   return o;
+}
+
+// Significand thresholds 2^(j / binsPerOctave), j = 0 .. binsPerOctave - 1, as floats.
+constexpr int kMaxBinsPerOctave = 16;
+const std::vector<float>& octaveThresholds(int binsPerOctave) {
+  static const std::vector<std::vector<float>> table = [] {
+    std::vector<std::vector<float>> t(kMaxBinsPerOctave + 1);
+    for (int b = 1; b <= kMaxBinsPerOctave; ++b)
+      for (int j = 0; j < b; ++j) t[size_t(b)].push_back(float(std::exp2(double(j) / b)));
+    return t;
+  }();
+  if (binsPerOctave < 1 || binsPerOctave > kMaxBinsPerOctave)
+    throw Error("bins per octave out of range: " + std::to_string(binsPerOctave));
+  return table[size_t(binsPerOctave)];
+}
+
+// The same thresholds as mantissa bits (all lie in [1, 2): one exponent).
+const uint32_t* significandThresholds(int binsPerOctave) {
+  static const std::vector<std::vector<uint32_t>> table = [] {
+    std::vector<std::vector<uint32_t>> t(kMaxBinsPerOctave + 1);
+    for (int b = 1; b <= kMaxBinsPerOctave; ++b)
+      for (float f : octaveThresholds(b)) t[size_t(b)].push_back(floatBits(f) & 0x7FFFFFu);
+    return t;
+  }();
+  if (binsPerOctave < 1 || binsPerOctave > kMaxBinsPerOctave)
+    throw Error("bins per octave out of range: " + std::to_string(binsPerOctave));
+  return table[size_t(binsPerOctave)].data();
 }
 
 // Runs fn(i) for i in [0, n) on `threads` threads; the first exception is rethrown.
@@ -133,6 +168,50 @@ json number(double v) {
 }
 
 }  // namespace
+
+int LogBins::index(float v) const {
+  // Exactly from the bits (no libm call per element): NaN, zero, the exponent for the octave
+  // (subnormals read as 2^-127, below any minExp >= -126), the significand for the bin in it.
+  const uint32_t bits = floatBits(v) & 0x7FFFFFFFu;
+  if (bits > 0x7F800000u) return size() - 1;
+  if (bits == 0) return 0;
+  const int e = int(bits >> 23) - 127;
+  if (e >= maxExp) return size() - 2;  // Inf included
+  if (e < minExp) return 1;
+  const uint32_t mantissa = bits & 0x7FFFFFu;
+  const uint32_t* t = significandThresholds(binsPerOctave);
+  int sub = 0;
+  for (int j = 1; j < binsPerOctave; ++j) sub += mantissa >= t[j];
+  return 2 + (e - minExp) * binsPerOctave + sub;
+}
+
+double LogBins::lowerEdge(int bin) const {
+  if (bin <= 1) return 0.0;
+  if (bin >= size() - 1) return std::nan("");
+  const int k = bin - 2, e = minExp + k / binsPerOctave, j = k % binsPerOctave;
+  return std::ldexp(double(octaveThresholds(binsPerOctave)[size_t(j)]), e);
+}
+
+const LogBins& weightBins() {
+  static const LogBins bins{-24, 8, 4};
+  return bins;
+}
+
+const LogBins& amaxRatioBins() {
+  static const LogBins bins{-16, 0, 4};
+  return bins;
+}
+
+const std::vector<double>& outlierMultiples() {
+  static const std::vector<double> k = {3, 6, 10};
+  return k;
+}
+
+int64_t Entry::blockCount() const {
+  int64_t n = 0;
+  for (int64_t c : scaleHist) n += c;
+  return n;
+}
 
 std::vector<std::string> formatNames() {
   return {"mxfp4", "mxfp4-floor", "nvfp4", "nvfp4-2d"};
@@ -232,13 +311,40 @@ Analysis analyzeModel(const Options& options, const std::function<void(const Pro
       e.tensorAmax = nv ? tensorAmax[i] : a.outliers[i].amax;
       if (l.cols % fp4_block_size(configs[f].format) != 0) continue;
       if (nv && configs[f].nvfp4_2d_blocks && l.rows % 16 != 0) continue;
+      const int64_t block = fp4_block_size(configs[f].format), blocks = l.rows * l.cols / block;
+      std::vector<float> blockSq(static_cast<size_t>(blocks)),
+          blockAmax(static_cast<size_t>(blocks));
       const fp4_status st =
           fp4_fake_quantize(&configs[f], w.data(), l.rows, l.cols, nv ? tensorAmax[i] : -1.0f,
-                            nullptr, &e.stats, nullptr, nullptr);
+                            nullptr, &e.stats, blockSq.data(), blockAmax.data());
       if (st != FP4_OK)
         throw Error(std::string("fake quantization failed: ") + fp4_last_error(),
                     l.tensor + " (" + e.format + ")");
       e.measured = true;
+      // Each block's scale code from its amax, as the kernels derive it (ref.cpp's blockScale).
+      const float s2 = nv ? fp4_nvfp4_global_scale(tensorAmax[i]) : 1.0f;
+      const ScaleRule rule =
+          configs[f].scale_rule == FP4_SCALE_RULE_FLOOR ? ScaleRule::Floor : ScaleRule::Ceil;
+      const LogBins& ratioBins = amaxRatioBins();
+      e.scaleHist.assign(256, 0);
+      e.amaxHist.assign(size_t(ratioBins.size()), 0);
+      if (options.blocks) e.blockMse.resize(size_t(blocks));
+      const float inv = 1.0f / float(block);  // a power of two: exact, as the run log's division
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float amax = blockAmax[size_t(b)];
+        uint8_t code;
+        if (std::isnan(amax))
+          code = nv ? kE4M3NaN : kE8M0NaN;
+        else if (nv)
+          code = e4m3EncodeScale(amax / (6.0f * s2));
+        else
+          code = uint8_t(mxfp4SharedExponent(amax, rule) + kE8M0Bias);
+        e.scaleHist[code]++;
+        const float ratio =
+            e.tensorAmax > 0.0f ? amax / e.tensorAmax : (std::isnan(amax) ? amax : 0.0f);
+        e.amaxHist[size_t(ratioBins.index(ratio))]++;
+        if (options.blocks) e.blockMse[size_t(b)] = blockSq[size_t(b)] * inv;
+      }
     }
     if (progress) {
       std::lock_guard<std::mutex> lock(progressMutex);
@@ -254,9 +360,9 @@ std::string formatTable(const Analysis& a) {
   for (const Layer& l : a.layers) width = std::max(width, l.module.size());
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-*s  %-11s %10s %9s %9s %10s %9s %9s %9s %9s %6s %6s\n",
+  std::snprintf(line, sizeof line, "%-*s  %-11s %10s %9s %9s %10s %9s %9s %9s %9s %6s %6s %6s\n",
                 int(width), "module", "format", "shape", "sqnr_db", "rel_l2", "mse", "cosine",
-                "max_abs", "clip_frac", "zero_frac", ">3rms", ">6rms");
+                "max_abs", "clip_frac", "zero_frac", ">3rms", ">6rms", ">10rms");
   out += line;
   for (const Entry& e : a.entries) {
     const Layer& l = a.layers[e.layer];
@@ -271,10 +377,10 @@ std::string formatTable(const Analysis& a) {
     }
     const std::vector<double> m = metricValues(e.stats);
     std::snprintf(line, sizeof line,
-                  "%-*s  %-11s %10s %9.3f %9.5f %10.3e %9.6f %9.3e %9.2e %9.2e %6lld %6lld\n",
+                  "%-*s  %-11s %10s %9.3f %9.5f %10.3e %9.6f %9.3e %9.2e %9.2e %6lld %6lld %6lld\n",
                   int(width), l.module.c_str(), e.format.c_str(), shape.c_str(), m[1], m[0], m[2],
                   m[3], m[4], m[5], m[6], (long long)a.outliers[e.layer].over3,
-                  (long long)a.outliers[e.layer].over6);
+                  (long long)a.outliers[e.layer].over6, (long long)a.outliers[e.layer].over10);
     out += line;
   }
   return out;
@@ -294,7 +400,8 @@ std::string toJson(const Analysis& a, int indent) {
               {"weight_amax", number(o.amax)},
               {"weight_rms", number(o.rms)},
               {"outliers_3rms", o.over3},
-              {"outliers_6rms", o.over6}};
+              {"outliers_6rms", o.over6},
+              {"outliers_10rms", o.over10}};
     const std::vector<double> m = metricValues(e.stats);
     for (size_t k = 0; k < m.size(); ++k)
       j[metricNames()[k]] = e.measured ? number(m[k]) : json(nullptr);
@@ -302,6 +409,14 @@ std::string toJson(const Analysis& a, int indent) {
     j["clipped"] = e.stats.clipped;
     j["flushed"] = e.stats.flushed;
     j["nonfinite"] = e.stats.nonfinite;
+    j["blocks"] = e.blockCount();
+    // The block with the largest MSE (NaN blocks skipped): where the layer's error sits.
+    int64_t worst = -1;
+    for (size_t b = 0; b < e.blockMse.size(); ++b)
+      if (std::isfinite(e.blockMse[b]) && (worst < 0 || e.blockMse[b] > e.blockMse[size_t(worst)]))
+        worst = int64_t(b);
+    j["worst_block"] = worst >= 0 ? json(worst) : json(nullptr);
+    j["worst_block_mse"] = worst >= 0 ? number(e.blockMse[size_t(worst)]) : json(nullptr);
     layers.push_back(j);
   }
   json root = {{"model", a.modelDir},

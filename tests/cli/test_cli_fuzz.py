@@ -106,7 +106,12 @@ def main():
                 args += [rng.choice(paths)] if rng.random() < 0.9 else []
                 args += rng.choice([[], ["--formats", weird()], ["--formats", "nvfp4,mxfp4"],
                                     ["--include", weird()], ["--exclude", weird()], ["--json"],
-                                    ["--threads", weird()]])
+                                    ["--threads", weird()],
+                                    ["--output", os.path.join(tmp, "analysis.h5")],
+                                    # under tmp: "/nonexistent" would be written otherwise
+                                    ["--output", tmp + "/" + weird()], ["--output", tmp],
+                                    ["--output", os.path.join(tmp, "nope", "a.h5")],
+                                    ["--force"]])
             elif command in ("import", "export"):
                 args += [rng.choice(paths)] if rng.random() < 0.9 else []
                 args += rng.choice([["--output-dir", os.path.join(tmp, "out")], [],
