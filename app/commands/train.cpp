@@ -1,18 +1,25 @@
 // `fp4lab train`, `fp4lab inspect`, `fp4lab eval`, `fp4lab generate`, `fp4lab base-model`: the
 // engine from the command line through its public interface (fp4lab/run/*.h), the same code the
 // GUI drives through `train --events jsonl`.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "cli.h"
 #include "fp4lab/data/tokenizer.h"
@@ -30,14 +37,141 @@ namespace fs = std::filesystem;
 
 const char* kTrainUsage =
     "fp4lab train (--config RUN.yaml | --defaults) [key=value ...] [--output-dir DIR]\n"
-    "             [--seed N] [--events jsonl] [--print-config] [--dry-run]\n"
+    "             [--seed N] [--events jsonl] [--nproc N] [--print-config] [--dry-run]\n"
     "       fp4lab train --resume-from-checkpoint latest|PATH --output-dir DIR [key=value ...]\n"
     "       fp4lab train --list-keys";
+
+// A free TCP port on this machine for the ranks' rendezvous (the kernel's pick for port 0).
+int freePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    throw Error("cannot find a free TCP port on 127.0.0.1", "fp4lab train --nproc",
+                "set MASTER_PORT and start the ranks with a launcher (torchrun)");
+  }
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+std::string describeExit(int status) {
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "exited with code " + std::to_string(WEXITSTATUS(status));
+}
+
+// `fp4lab train --nproc N`: N processes of this executable, ranks 0..N-1 of one run on this
+// machine, with the variables torchrun would set. The launcher forwards SIGINT/SIGTERM (every
+// rank checkpoints and stops together), and when a rank dies it gives the others the collective
+// timeout to notice, then kills them; a run whose rank 0 died is marked failed here.
+int launchRanks(int nproc, const std::vector<std::string>& argv, const run::RunConfig& config,
+                const run::RunOptions& options, bool jsonl) {
+  const std::string runDir = run::runFolderFor(config, options);
+  std::vector<std::string> childArgs = {"fp4lab", "train"};
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (argv[i].rfind("--nproc=", 0) == 0) continue;
+    childArgs.push_back(argv[i]);
+  }
+  if (options.runDir.empty()) {
+    childArgs.push_back("--output-dir");
+    childArgs.push_back(runDir);
+  }
+  const std::string port = std::to_string(freePort());
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < nproc; ++rank) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (pid_t p : pids) kill(p, SIGKILL);
+      throw Error("cannot start rank " + std::to_string(rank) + ": fork failed", "fp4lab train");
+    }
+    if (pid == 0) {
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", port.c_str(), 1);
+      std::vector<char*> cargv;
+      for (auto& a : childArgs) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      execv("/proc/self/exe", cargv.data());
+      std::fprintf(stderr, "fp4lab: error: cannot run /proc/self/exe: %s\n", strerror(errno));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  using Clock = std::chrono::steady_clock;
+  std::vector<int> status(size_t(nproc), 0);
+  std::vector<bool> done(size_t(nproc), false);
+  int alive = nproc;
+  bool forwarded = false;
+  std::optional<Clock::time_point> killAt;
+  const auto grace = std::chrono::milliseconds(int64_t(config.distTimeoutSeconds * 1000) + 30000);
+  while (alive > 0) {
+    int st = 0;
+    const pid_t p = waitpid(-1, &st, WNOHANG);
+    if (p > 0) {
+      const auto it = std::find(pids.begin(), pids.end(), p);
+      if (it == pids.end()) continue;
+      const size_t r = size_t(it - pids.begin());
+      status[r] = st, done[r] = true, --alive;
+      const bool normal = WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 130);
+      if (!normal && !killAt) killAt = Clock::now() + grace;
+      continue;
+    }
+    if (stopRequested().load() && !forwarded) {
+      for (size_t r = 0; r < pids.size(); ++r)
+        if (!done[r]) kill(pids[r], SIGTERM);
+      forwarded = true;
+    }
+    if (killAt && Clock::now() > *killAt)
+      for (size_t r = 0; r < pids.size(); ++r)
+        if (!done[r]) kill(pids[r], SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string failures;
+  for (int r = 0; r < nproc; ++r) {
+    const int st = status[size_t(r)];
+    if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 130)) continue;
+    failures +=
+        (failures.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " " + describeExit(st));
+  }
+  const int rank0 = status[0];
+  if (failures.empty()) return WEXITSTATUS(rank0);
+  const std::string message =
+      "data-parallel run of " + std::to_string(nproc) + " processes failed: " + failures;
+  std::fprintf(stderr, "fp4lab: error: %s\n", message.c_str());
+  // Rank 0 records its own failure; when it is the one that died, the run is marked here.
+  const run::RunFolder folder = run::readRunFolder(runDir);
+  if (folder.state == RunState::Running || folder.state == RunState::Crashed)
+    run::writeRunStatus(runDir, RunState::Failed, folder.step, folder.maxSteps, message);
+  if (jsonl && !WIFEXITED(rank0)) {
+    run::RunEvent failed;
+    failed.kind = EventKind::Failed;
+    failed.step = folder.step, failed.maxSteps = folder.maxSteps;
+    failed.message = message;
+    failed.path = runDir;
+    std::printf("%s\n", failed.toJson().c_str());
+    std::fflush(stdout);
+  }
+  return WIFEXITED(rank0) && WEXITSTATUS(rank0) != 0 ? WEXITSTATUS(rank0) : 1;
+}
 
 }  // namespace
 
 int runTrain(const std::vector<std::string>& argv) {
-  Args args("train", argv, {"config", "output-dir", "resume-from-checkpoint", "events", "seed"},
+  Args args("train", argv,
+            {"config", "output-dir", "resume-from-checkpoint", "events", "seed", "nproc"},
             {"help", "defaults", "print-config", "dry-run", "list-keys"});
   if (args.has("help")) {
     std::printf(
@@ -48,6 +182,11 @@ int runTrain(const std::vector<std::string>& argv) {
         "eval,\n"
         "checkpoint, warning, finished, failed, cancelled) instead of the progress bar. Ctrl-C or\n"
         "SIGTERM checkpoints and stops cleanly.\n\n"
+        "--nproc N trains data-parallel in N processes on this machine (Gloo; train.batch_size is\n"
+        "the global batch, split over the ranks; rank 0 writes the run folder). Under torchrun or\n"
+        "a cluster launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) each process joins "
+        "as\n"
+        "its rank. dist.timeout_s bounds the rendezvous and every collective.\n\n"
         "--resume-from-checkpoint latest --output-dir RUN continues the run in RUN from its own\n"
         "run.yaml; overrides may change only what does not define the run (train.threads,\n"
         "train.checkpoint_every, train.keep_checkpoints, run.output_dir).\n\n"
@@ -106,6 +245,16 @@ int runTrain(const std::vector<std::string>& argv) {
   }
   options.stopRequested = &stopRequested();
   options.dryRun = args.has("dry-run");
+  const int nproc = int(args.integer("nproc", 1, 1, 1024));
+  const char* rankVar = std::getenv("RANK");
+  const bool rank0 = !rankVar || std::string(rankVar) == "0";
+  if (nproc > 1 && !options.dryRun) {
+    if (rankVar)
+      throw Error("--nproc " + std::to_string(nproc) + " under a launcher that set RANK=" + rankVar,
+                  "fp4lab train", "let one of them start the processes: drop --nproc, or RANK");
+    installStopHandlers();
+    return launchRanks(nproc, argv, config, options, events == "jsonl");
+  }
   Progress progress(isatty(fileno(stderr)));
   if (events == "jsonl") {
     options.onEvent = [](const run::RunEvent& e) {
@@ -120,7 +269,7 @@ int runTrain(const std::vector<std::string>& argv) {
   try {
     r = run::executeRun(config, options);
   } catch (const Error& e) {
-    if (events == "jsonl") {
+    if (events == "jsonl" && rank0) {
       run::RunEvent failed;
       failed.kind = EventKind::Failed;
       failed.message = e.what();

@@ -165,6 +165,10 @@ const std::vector<Binding>& table() {
       bind(&C::threads, operational(integer("train.threads", 0, 4096,
                                             "CPU threads (0: every core the process may run on, as "
                                             "taskset or a cpuset allows)"))),
+      bind(&C::distTimeoutSeconds,
+           operational(real("dist.timeout_s", 1, 86400,
+                            "data-parallel runs: seconds to wait for every rank to join, and for "
+                            "each collective (a rank that died or hangs fails the run after it)"))),
       bind(&C::reference,
            path(text("eval.reference",
                      "a model folder: every evaluation logs val_kl, the KL from it to "

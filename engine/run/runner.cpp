@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "fp4lab/common/files.h"
@@ -27,6 +28,7 @@
 #include "quant/quantize_model.h"
 #include "run/model_source.h"
 #include "run/task_eval.h"
+#include "train/distributed.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
@@ -78,6 +80,7 @@ class RunListener : public train::TrainerListener {
     e.loss = r.loss, e.lr = r.lr, e.gradNorm = r.gradNorm, e.tokensPerSecond = r.tokensPerSecond;
     e.wallSeconds = r.wallSeconds;
     e.etaSeconds = r.step > 0 ? r.wallSeconds / double(r.step) * double(r.maxSteps - r.step) : 0;
+    if (std::isfinite(r.allReduceSeconds)) e.metrics["allreduce_s"] = r.allReduceSeconds;
     emit(e);
     auto now = Clock::now();
     if (now - m_lastStatus > std::chrono::seconds(1)) {
@@ -174,14 +177,55 @@ class RunListener : public train::TrainerListener {
   Clock::time_point m_lastStatus{};
 };
 
-fs::path resolveRunDir(const RunConfig& config, const RunOptions& options) {
+// The other ranks of a data-parallel run: they train in step with rank 0 but write nothing
+// (no log, events, status or checkpoints); they only agree on stopping.
+class QuietListener : public train::TrainerListener {
+ public:
+  explicit QuietListener(const RunOptions& options) : m_options(options) {}
+  bool stopRequested() override {
+    return m_options.stopRequested && m_options.stopRequested->load();
+  }
+
+ private:
+  const RunOptions& m_options;
+};
+
+// FP4LAB_TEST_DIGEST_DIR (tests only): every rank writes rank-<r>.json there with digests of its
+// weights and amaxes, so a test can check that all ranks hold bit-identical models.
+void writeTestDigest(int rank, int world, int64_t step, model::CausalLM& model,
+                     const std::vector<quant::QuantizedLayer>& layers) {
+  const char* dir = std::getenv("FP4LAB_TEST_DIGEST_DIR");
+  if (!dir || !*dir) return;
+  std::vector<torch::Tensor> params = model->parameters();
+  std::vector<float> amax;
+  for (const auto& l : layers) {
+    amax.push_back(l.weight->amax());
+    if (l.input) amax.push_back(l.input->amax());
+  }
+  nlohmann::json j = {
+      {"rank", rank},
+      {"world", world},
+      {"step", step},
+      {"weights", train::tensorDigest(params)},
+      {"amax", train::tensorDigest({torch::tensor(amax.empty() ? std::vector<float>{0} : amax)})},
+      {"amax_values", amax}};
+  files::createDirectories(dir);
+  files::writeFileAtomically((fs::path(dir) / ("rank-" + std::to_string(rank) + ".json")).string(),
+                             j.dump() + "\n");
+}
+
+}  // namespace
+
+static fs::path resolveRunDir(const RunConfig& config, const RunOptions& options) {
   if (!options.runDir.empty()) return fs::path(options.runDir);
   if (!options.resumeFrom.empty() && options.resumeFrom != "latest")
     return fs::path(options.resumeFrom).parent_path().parent_path();  // <run>/checkpoints/step-N
   return fs::path(config.outputDir) / (config.name + "-" + utcCompactTimestamp());
 }
 
-}  // namespace
+std::string runFolderFor(const RunConfig& config, const RunOptions& options) {
+  return resolveRunDir(config, options).string();
+}
 
 std::string RunEvent::toJson() const {
   nlohmann::json j = {{"event", toString(kind)}, {"step", step}, {"max_steps", maxSteps}};
@@ -238,10 +282,25 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
 
   // Everything that can fail on bad input happens before the run folder is touched.
   // One thread budget for LibTorch's pool and the FP4 kernels' own workers.
-  const int threads = config.threads > 0 ? config.threads : usableCores();
+  // Data-parallel: the launcher's variables (fp4lab train --nproc, torchrun). Ranks on one machine
+  // share its cores.
+  const train::DistEnvironment dist = train::distEnvironment();
+  const int threads =
+      config.threads > 0 ? config.threads : std::max(1, usableCores() / dist.localWorld);
   torch::set_num_threads(threads);
   fp4_set_num_threads(threads);
   torch::manual_seed(config.seed);
+  std::unique_ptr<train::ProcessGroup> group;
+  if (dist.world > 1) {
+    if (config.batchSize % dist.world != 0)
+      throw Error(
+          "train.batch_size " + std::to_string(config.batchSize) + " does not split evenly over " +
+              std::to_string(dist.world) + " ranks",
+          config.originOf("train.batch_size"),
+          "train.batch_size is the global batch: use a multiple of the number of processes");
+    if (!options.dryRun) group = train::ProcessGroup::join(dist, config.distTimeoutSeconds);
+  }
+  const bool writer = !group || group->rank() == 0;
   // A checkpoint always loads as saved (its quantizers are the run's); model.path as asked.
   ModelBundle bundle = loadModelBundle(resuming ? checkpoint : config.modelPath, torch::kFloat32,
                                        config.seed, resuming ? false : config.bf16Weights);
@@ -296,14 +355,23 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   context.savedQuantizers = bundle.quantizers;
   context.savedOptions = bundle.quantOptions;
   context.loadFrozenModel = loadFrozen;
+  // Each rank calibrates on its slice of every calibration batch; the amaxes are then reduced.
+  const int64_t calibPer = group ? config.batchSize / group->world() : config.batchSize;
+  const int64_t calibFirst = group ? group->rank() * calibPer : 0;
   context.calibrationBatch = [&](int64_t i) {
     std::vector<const data::Sequence*> picked;
-    for (int64_t k = 0; k < config.batchSize; ++k)
+    for (int64_t k = calibFirst; k < calibFirst + calibPer; ++k)
       picked.push_back(
           &dataBundle.train[size_t(i * config.batchSize + k) % dataBundle.train.size()]);
     return train::makeBatch(picked, config.seqLen, bundle.model->device());
   };
   context.checkOnly = options.dryRun;
+  if (group)
+    context.maxOverRanks = [&](std::vector<float>& values) {
+      torch::Tensor t = torch::tensor(values);
+      group->allReduceMax(t);
+      for (size_t i = 0; i < values.size(); ++i) values[i] = t[int64_t(i)].item<float>();
+    };
   recipe->prepare(bundle.model, context);
   std::vector<quant::QuantizedLayer>& layers = recipe->quantizedLayers();
   const std::string referencePath =
@@ -321,9 +389,12 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
     return dry;
   }
 
-  files::createDirectories(runDir.string());
-  if (!resuming) files::writeFileAtomically((runDir / "run.yaml").string(), config.toYaml());
-  writeRunStatus(runDir.string(), RunState::Running, 0, maxSteps);
+  // Only rank 0 writes the run folder (run.yaml, status, log, events, checkpoints, model).
+  if (writer) {
+    files::createDirectories(runDir.string());
+    if (!resuming) files::writeFileAtomically((runDir / "run.yaml").string(), config.toYaml());
+    writeRunStatus(runDir.string(), RunState::Running, 0, maxSteps);
+  }
   const std::string logPath = (runDir / "log.h5").string();
   log::RunLogSchema schema;
   schema.evalColumns = {"val_loss", "val_ppl"};
@@ -335,14 +406,24 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
     schema.blocksPerLayer = quant::blocksPerLayer(layers);
   }
   // The log is reopened at the checkpoint's step, dropping any rows written after it.
-  log::RunLogWriter logWriter =
-      resuming ? log::RunLogWriter::resume(logPath, train::checkpointStep(checkpoint))
-               : log::RunLogWriter::create(logPath,
-                                           {runDir.filename().string(), config.recipe,
-                                            recipe->format(), utcTimestamp(), config.toYaml()},
-                                           schema);
-  RunListener listener(logWriter, options, runDir, maxSteps,
-                       EvalExtras{config, bundle, layers, tasks, bool(reference)});
+  std::optional<log::RunLogWriter> logWriter;
+  std::optional<RunListener> runListener;
+  if (writer) {
+    logWriter.emplace(
+        resuming ? log::RunLogWriter::resume(logPath, train::checkpointStep(checkpoint))
+                 : log::RunLogWriter::create(logPath,
+                                             {runDir.filename().string(), config.recipe,
+                                              recipe->format(), utcTimestamp(), config.toYaml()},
+                                             schema));
+    runListener.emplace(*logWriter, options, runDir, maxSteps,
+                        EvalExtras{config, bundle, layers, tasks, bool(reference)});
+  }
+  QuietListener quiet(options);
+  train::TrainerListener& listener =
+      runListener ? static_cast<train::TrainerListener&>(*runListener) : quiet;
+  auto emit = [&](const RunEvent& e) {
+    if (runListener) runListener->emit(e);
+  };
   // Quantized runs keep fp32 weights: re-quantizing BF16-rounded weights would not reproduce
   // the trained fake-quantized model.
   const torch::Dtype saveDtype = layers.empty() ? torch::kBFloat16 : torch::kFloat32;
@@ -354,13 +435,14 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
                          listener,
                          [&](const std::string& dir) { saveModel(dir, torch::kFloat32); });
   if (reference) trainer.setReference(reference);
+  trainer.setProcessGroup(group.get());
   if (resuming) {
     trainer.resumeFrom(checkpoint);
-  } else {
-    logWriter.event("start", "fp4lab train, recipe " + config.recipe + ", " +
-                                 std::to_string(dataBundle.trainSequences) +
-                                 " training sequences, " + recipe->format());
-    for (const auto& note : frozenNotes) logWriter.event("frozen_model", note);
+  } else if (logWriter) {
+    logWriter->event("start", "fp4lab train, recipe " + config.recipe + ", " +
+                                  std::to_string(dataBundle.trainSequences) +
+                                  " training sequences, " + recipe->format());
+    for (const auto& note : frozenNotes) logWriter->event("frozen_model", note);
   }
   RunEvent started;
   started.kind = EventKind::Started;
@@ -368,7 +450,10 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   started.maxSteps = maxSteps;
   started.path = runDir.string();
   started.message = resuming ? "resumed from " + checkpoint : "started";
-  listener.emit(started);
+  if (group)
+    started.message += " (" + std::to_string(group->world()) + " processes, global batch " +
+                       std::to_string(config.batchSize) + ")";
+  emit(started);
 
   RunResult result;
   result.runDir = runDir.string();
@@ -376,14 +461,18 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   try {
     outcome = trainer.run();
   } catch (const std::exception& e) {
-    writeRunStatus(runDir.string(), RunState::Failed, trainer.state().step, maxSteps, e.what());
-    logWriter.event("end", std::string("failed: ") + e.what());
-    logWriter.close();
+    if (writer) {
+      writeRunStatus(runDir.string(), RunState::Failed, trainer.state().step, maxSteps, e.what());
+      logWriter->event("end", std::string("failed: ") + e.what());
+      logWriter->close();
+    }
     throw;
   }
   result.steps = trainer.state().step;
+  writeTestDigest(group ? group->rank() : 0, group ? group->world() : 1, result.steps, bundle.model,
+                  layers);
   if (outcome == train::TrainOutcome::Finished) {
-    saveModel((runDir / "model").string(), saveDtype);
+    if (writer) saveModel((runDir / "model").string(), saveDtype);
     result.state = RunState::Finished;
   } else if (outcome == train::TrainOutcome::Stopped) {
     result.state = RunState::Cancelled;
@@ -393,9 +482,10 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
     result.state = RunState::Failed;
     result.message = "the loss diverged at step " + std::to_string(result.steps + 1);
   }
-  logWriter.event("end", std::string(toString(result.state)) +
-                             (result.message.empty() ? "" : ": " + result.message));
-  logWriter.close();
+  if (!writer) return result;
+  logWriter->event("end", std::string(toString(result.state)) +
+                              (result.message.empty() ? "" : ": " + result.message));
+  logWriter->close();
   writeRunStatus(runDir.string(), result.state, result.steps, maxSteps, result.message);
   RunEvent end;
   end.kind = result.state == RunState::Finished
@@ -405,7 +495,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   end.maxSteps = maxSteps;
   end.message = result.message;
   end.path = runDir.string();
-  listener.emit(end);
+  emit(end);
   return result;
 }
 

@@ -2,6 +2,7 @@
 // QuantizingRecipe (attach, calibrate, save the quantizer state); the loop is trainer.cpp.
 #include "train/recipe.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -101,6 +102,22 @@ class QuantizingRecipe : public Recipe {
       AutocastGuard autocast(context.autocast, model->device().type());
       model->forward(batch.inputs);
     });
+    if (context.maxOverRanks && batches > 0) {
+      // Every rank must quantize with the same amaxes: the max over the ranks' slices. NaN (not
+      // calibrated) travels as -inf, which loses to any calibrated value.
+      std::vector<float> amax;
+      for (const auto& l : m_layers) {
+        amax.push_back(l.weight->amax());
+        amax.push_back(l.input ? l.input->amax() : NAN);
+      }
+      for (float& a : amax) a = std::isnan(a) ? -INFINITY : a;
+      context.maxOverRanks(amax);
+      for (float& a : amax) a = a == -INFINITY ? NAN : a;
+      for (size_t i = 0; i < m_layers.size(); ++i) {
+        m_layers[i].weight->setAmax(amax[2 * i]);
+        if (m_layers[i].input) m_layers[i].input->setAmax(amax[2 * i + 1]);
+      }
+    }
   }
 
   torch::Tensor loss(model::CausalLM& model, const Batch& batch) override {

@@ -45,6 +45,10 @@ struct RecipeContext {
   quant::QuantOptions savedOptions;
   // A dry run: check everything (layers, quantization, the teacher) but do not calibrate.
   bool checkOnly = false;
+  // Data-parallel runs: replaces each value by its maximum over the ranks (every rank calibrates
+  // on its slice of each calibration batch; the reduced amaxes are the whole batches'). Empty
+  // for one process.
+  std::function<void(std::vector<float>&)> maxOverRanks;
 };
 
 class Recipe {

@@ -75,8 +75,29 @@ Trainer::Trainer(const run::RunConfig& config, model::CausalLM model, Recipe& re
   m_order = epochOrder(m_train.size(), m_config.seed, m_state.epoch);
 }
 
+void Trainer::setProcessGroup(ProcessGroup* group) {
+  if (group && m_config.batchSize % group->world() != 0)
+    throw Error("train.batch_size " + std::to_string(m_config.batchSize) +
+                    " does not split evenly over " + std::to_string(group->world()) + " ranks",
+                m_config.originOf("train.batch_size"),
+                "train.batch_size is the global batch: use a multiple of the number of processes");
+  m_group = group;
+}
+
+namespace {
+// Whether any rank says yes (every rank gets the same answer, so they all act on it together).
+bool anyRank(ProcessGroup* group, bool yes) {
+  if (!group) return yes;
+  torch::Tensor t = torch::tensor({yes ? 1.0 : 0.0}, torch::kDouble);
+  group->allReduceSum(t);
+  return t.item<double>() > 0;
+}
+}  // namespace
+
 // The next batch in a deterministic per-epoch order; the position is part of the checkpoint.
-Batch Trainer::nextBatch() {
+// Every rank walks the same order and takes its own contiguous slice of each global batch, so the
+// position (and a checkpoint) does not depend on the number of ranks.
+Batch Trainer::nextBatch(int64_t& globalLossTokens, int64_t& globalTokens) {
   std::vector<const data::Sequence*> picked;
   while (int64_t(picked.size()) < m_config.batchSize) {
     if (m_state.cursor >= int64_t(m_order.size())) {
@@ -86,7 +107,20 @@ Batch Trainer::nextBatch() {
     }
     picked.push_back(&m_train[size_t(m_order[size_t(m_state.cursor++)])]);
   }
-  return makeBatch(picked, m_config.seqLen, m_device);
+  globalTokens = int64_t(picked.size()) * m_config.seqLen;
+  if (!m_group) {
+    Batch batch = makeBatch(picked, m_config.seqLen, m_device);
+    globalLossTokens = batch.lossTokens;
+    return batch;
+  }
+  globalLossTokens = 0;
+  for (const data::Sequence* s : picked)
+    for (int64_t j = 0; j < m_config.seqLen; ++j)
+      globalLossTokens += s->lossMask[size_t(j + 1)] != 0;
+  const int64_t per = m_config.batchSize / m_group->world();
+  const auto first = picked.begin() + m_group->rank() * per;
+  return makeBatch(std::vector<const data::Sequence*>(first, first + per), m_config.seqLen,
+                   m_device);
 }
 
 // Validation cross-entropy of the model as it runs (fake-quantized when a recipe quantizes it),
@@ -99,8 +133,12 @@ EvalReport Trainer::evaluate() {
   int64_t tokens = 0;
   const int64_t maxSequences = m_config.evalBatches * m_config.batchSize;
   const std::vector<data::Sequence>& source = m_validation.empty() ? m_train : m_validation;
+  // Sharded over the ranks: batch k is evaluated by rank k % world, and the sums are reduced.
+  int64_t index = -1;
   for (int64_t start = 0; start < std::min<int64_t>(maxSequences, int64_t(source.size()));
        start += m_config.batchSize) {
+    ++index;
+    if (m_group && index % m_group->world() != m_group->rank()) continue;
     std::vector<const data::Sequence*> picked;
     for (int64_t i = start;
          i < std::min<int64_t>(start + m_config.batchSize, int64_t(source.size())); ++i)
@@ -114,6 +152,12 @@ EvalReport Trainer::evaluate() {
       klSum += tokenKl(m_reference->forward(batch.inputs), logits, batch.targets).item<double>() *
                double(batch.lossTokens);
     tokens += batch.lossTokens;
+  }
+  if (m_group) {
+    torch::Tensor sums = torch::tensor({lossSum, klSum, double(tokens)}, torch::kDouble);
+    m_group->allReduceSum(sums);
+    lossSum = sums[0].item<double>(), klSum = sums[1].item<double>();
+    tokens = int64_t(sums[2].item<double>());
   }
   m_model->train();
   const double valLoss = tokens ? lossSum / double(tokens) : NAN;
@@ -133,6 +177,14 @@ TrainOutcome Trainer::run() {
   m_segmentStart = Clock::now();
   m_segmentBase = m_state.wallSeconds;
   m_model->train();
+  if (m_group) {
+    // Every rank starts from rank 0's weights (they loaded the same files; this makes it so).
+    torch::NoGradGuard noGrad;
+    std::vector<torch::Tensor> tensors;
+    for (const auto& p : m_model->parameters()) tensors.push_back(p.detach());
+    for (const auto& b : m_model->buffers()) tensors.push_back(b);
+    m_group->broadcast(tensors);
+  }
   if (m_state.step >= maxSteps) {
     // Resumed from the final checkpoint (the process died after it, before saving model/; for
     // ptq the step-0 one): the final evaluation is in the log already (an evaluation is flushed
@@ -144,7 +196,7 @@ TrainOutcome Trainer::run() {
     return TrainOutcome::Finished;
   }
   while (m_state.step < maxSteps) {
-    if (m_listener.stopRequested()) {
+    if (anyRank(m_group, m_listener.stopRequested())) {
       saveCheckpoint();
       return TrainOutcome::Stopped;
     }
@@ -156,15 +208,32 @@ TrainOutcome Trainer::run() {
     double lossSum = 0;
     int64_t stepTokens = 0;
     for (int micro = 0; micro < m_config.gradAccum; ++micro) {
-      Batch batch = nextBatch();
+      int64_t globalLossTokens = 0, globalTokens = 0;
+      Batch batch = nextBatch(globalLossTokens, globalTokens);
+      stepTokens += globalTokens;
+      // A rank's loss is the mean over its slice's loss tokens. Weighting it by the slice's share
+      // of the global batch's loss tokens (x world, undone by the average) makes the averaged
+      // gradient that of the global batch's mean loss, as one process computes it.
+      const double share =
+          m_group ? double(batch.lossTokens) / double(std::max<int64_t>(1, globalLossTokens)) : 1;
+      if (m_group && batch.lossTokens == 0) continue;  // nothing to learn here: zero gradient
       torch::Tensor loss;
       {
         AutocastGuard guard(autocast, m_device.type());
         loss = m_recipe.loss(m_model, batch);
       }
-      (loss / double(m_config.gradAccum)).backward();
-      lossSum += loss.item<double>();
-      stepTokens += batch.inputs.numel();
+      if (m_group)
+        (loss * (share * m_group->world() / double(m_config.gradAccum))).backward();
+      else
+        (loss / double(m_config.gradAccum)).backward();
+      lossSum += loss.item<double>() * share;
+    }
+    double allReduceSeconds = NAN;
+    if (m_group) {
+      torch::Tensor sum = torch::tensor({lossSum}, torch::kDouble);
+      m_group->allReduceSum(sum);
+      lossSum = sum.item<double>();
+      allReduceSeconds = m_group->averageGradients(m_parameters);
     }
     const double clip =
         m_config.gradClip > 0 ? m_config.gradClip : std::numeric_limits<double>::infinity();
@@ -185,7 +254,8 @@ TrainOutcome Trainer::run() {
     m_state.tokens += stepTokens;
     m_state.wallSeconds = wallSeconds();
     m_listener.onStep(StepReport{m_state.step, maxSteps, m_state.tokens, loss, lr, gradNorm,
-                                 double(stepTokens) / seconds, m_state.wallSeconds});
+                                 double(stepTokens) / seconds, m_state.wallSeconds,
+                                 allReduceSeconds});
 
     const bool last = m_state.step == maxSteps;
     if (last || (m_config.evalEvery > 0 && m_state.step % m_config.evalEvery == 0))
@@ -206,10 +276,14 @@ double Trainer::wallSeconds() const {
 // It is assembled under a temporary name and renamed, so a checkpoint is complete or absent.
 void Trainer::saveCheckpoint() {
   fs::path root(m_checkpointRoot);
-  files::createDirectories(root.string());
   const std::string name = "step-" + std::to_string(m_state.step);
   fs::path tmp = root / ("." + name + ".tmp");
   fs::path final = root / name;
+  if (!writesFiles()) {  // rank 0 writes the one checkpoint: every rank holds the same state
+    m_lastCheckpoint = final.string();
+    return;
+  }
+  files::createDirectories(root.string());
   fs::remove_all(tmp);
   m_saveModel(tmp.string());
   torch::save(*m_optimizer, (tmp / "optimizer.pt").string());

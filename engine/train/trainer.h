@@ -16,6 +16,7 @@
 #include "fp4lab/data/packing.h"
 #include "fp4lab/run/run_config.h"
 #include "model/causal_lm.h"
+#include "train/distributed.h"
 #include "train/recipe.h"
 
 namespace fp4lab::train {
@@ -23,6 +24,7 @@ namespace fp4lab::train {
 struct StepReport {
   int64_t step, maxSteps, tokens;
   double loss, lr, gradNorm, tokensPerSecond, wallSeconds;
+  double allReduceSeconds = NAN;  // data-parallel runs: the gradient all-reduce of this step
 };
 
 struct EvalReport {
@@ -63,6 +65,10 @@ class Trainer {
           std::function<void(const std::string& dir)> saveModel);
   // The model evaluate() measures KL to (normally the BF16 model a quantized run started from).
   void setReference(model::CausalLM reference) { m_reference = std::move(reference); }
+  // Data parallelism: the loop takes this rank's slice of every global batch (train.batch_size
+  // sequences over all ranks, in the one shuffled order), averages the gradients over the group,
+  // shards evaluation, agrees on stopping, and only rank 0 writes checkpoints. Null: one process.
+  void setProcessGroup(ProcessGroup* group);
   // Loads optimizer moments and the data position from a checkpoint folder (the model passed to
   // the constructor must already hold the checkpoint's weights).
   void resumeFrom(const std::string& checkpointDir);
@@ -72,13 +78,17 @@ class Trainer {
   std::string lastCheckpoint() const { return m_lastCheckpoint; }
 
  private:
-  Batch nextBatch();
+  // This rank's part of the next micro-batch; `globalLossTokens` / `globalTokens` count the
+  // whole micro-batch over every rank.
+  Batch nextBatch(int64_t& globalLossTokens, int64_t& globalTokens);
+  bool writesFiles() const { return !m_group || m_group->rank() == 0; }
   void saveCheckpoint();
   double wallSeconds() const;  // since the run started, earlier segments included
 
   const run::RunConfig& m_config;
   model::CausalLM m_model;
   model::CausalLM m_reference{nullptr};
+  ProcessGroup* m_group = nullptr;
   Recipe& m_recipe;
   std::vector<data::Sequence> m_train, m_validation;
   std::string m_checkpointRoot;

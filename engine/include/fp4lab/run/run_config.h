@@ -70,6 +70,8 @@ struct RunConfig {
   int64_t checkpointEvery = 0;  // 0: only at the end
   int keepCheckpoints = 2;
   int threads = 0;  // 0: all cores
+  // dist.*: data-parallel runs (fp4lab train --nproc, torchrun's variables)
+  double distTimeoutSeconds = 300;  // rendezvous and every collective
 
   // Where each key was last set ("run.yaml:12", "command line"), for messages; not part of the
   // configuration (toYaml and flatten leave it out).

@@ -49,4 +49,13 @@ struct RunResult {
 // possible; failures after the run folder exists are recorded in status.json and the log.
 RunResult executeRun(const RunConfig& config, const RunOptions& options);
 
+// The run folder executeRun would use (options.runDir; a checkpoint's run; else
+// run.output_dir/<name>-<utc now>): what `fp4lab train --nproc` hands every rank.
+std::string runFolderFor(const RunConfig& config, const RunOptions& options);
+
+// Data-parallel runs: executeRun reads the launcher's RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torchrun's, or those `fp4lab train --nproc N`
+// sets for its N processes) and trains as one rank of a Gloo process group: train.batch_size is
+// the global batch, and only rank 0 writes the run folder and emits events.
+
 }  // namespace fp4lab::run

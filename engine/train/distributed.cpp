@@ -1,0 +1,258 @@
+// c10d behind a small interface: the only file that includes c10d's headers (and, through
+// ProcessGroupGloo.hpp, the Gloo headers in third_party/gloo). The wheel builds c10d with Gloo;
+// its headers expose ProcessGroupGloo only under USE_C10D_GLOO, defined here rather than on the
+// command line so the engine's precompiled torch header stays valid for this file.
+#include "train/distributed.h"
+
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+#include "fp4lab/error.h"
+
+namespace fp4lab::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int envInt(const char* name, int fallback, int min, int max) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  if (errno || *end || x < min || x > max)
+    throw Error(std::string(name) + "='" + v + "' is not an integer in [" + std::to_string(min) +
+                    ", " + std::to_string(max) + "]",
+                "the environment", "the launcher (torchrun, fp4lab train --nproc) sets it");
+  return int(x);
+}
+
+// c10d's messages carry a C++ backtrace; keep the first line.
+std::string shortMessage(const std::exception& e) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  std::string s = c10 ? c10->what_without_backtrace() : e.what();
+  const size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace
+
+DistEnvironment distEnvironment() {
+  DistEnvironment env;
+  env.world = envInt("WORLD_SIZE", 1, 1, 1 << 20);
+  env.rank = envInt("RANK", 0, 0, env.world - 1);
+  env.localWorld = envInt("LOCAL_WORLD_SIZE", env.world, 1, env.world);
+  env.localRank = envInt("LOCAL_RANK", env.rank % env.localWorld, 0, env.localWorld - 1);
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) env.masterAddr = a;
+  env.masterPort = envInt("MASTER_PORT", 29500, 1, 65535);
+  if (env.world > 1 && !std::getenv("RANK"))
+    throw Error("WORLD_SIZE is " + std::to_string(env.world) + " but RANK is not set",
+                "the environment", "set RANK (and MASTER_ADDR, MASTER_PORT) for every process");
+  return env;
+}
+
+struct ProcessGroup::Impl {
+  DistEnvironment env;
+  std::chrono::milliseconds timeout{0};
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::Backend> backend;
+
+  // Runs one collective to completion; a failure (a peer gone, a timeout) becomes an Error.
+  void run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
+    try {
+      c10::intrusive_ptr<c10d::Work> work = start();
+      work->wait(timeout);
+    } catch (const std::exception& e) {
+      fail(what, e);
+    }
+  }
+  [[noreturn]] void fail(const char* what, const std::exception& e) const {
+    throw Error(
+        "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + ": " + what +
+            " failed: " + shortMessage(e),
+        "the process group (Gloo, " + env.masterAddr + ":" + std::to_string(env.masterPort) + ")",
+        "another rank stopped (crashed, was killed, or failed: see its output) or did not "
+        "answer within dist.timeout_s; the last complete checkpoint is intact, resume "
+        "with --resume-from-checkpoint latest");
+  }
+};
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : m(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+int ProcessGroup::rank() const {
+  return m->env.rank;
+}
+int ProcessGroup::world() const {
+  return m->env.world;
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::join(const DistEnvironment& env,
+                                                 double timeoutSeconds) {
+  auto impl = std::make_unique<Impl>();
+  impl->env = env;
+  impl->timeout = std::chrono::milliseconds(int64_t(timeoutSeconds * 1000));
+  const std::string where =
+      "the rendezvous (TCPStore at " + env.masterAddr + ":" + std::to_string(env.masterPort) + ")";
+  const std::string world = std::to_string(env.world);
+  c10d::TCPStoreOptions options;
+  options.port = uint16_t(env.masterPort);
+  options.isServer = env.rank == 0;
+  options.waitWorkers = false;  // the joined/<rank> keys below say who is missing
+  options.timeout = impl->timeout;
+  try {
+    impl->store = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, options);
+  } catch (const std::exception& e) {
+    if (env.rank == 0)
+      throw Error("rank 0 cannot serve the rendezvous: " + shortMessage(e), where,
+                  "choose a free MASTER_PORT");
+    throw Error("rank 0 never showed up: rank " + std::to_string(env.rank) + " of " + world +
+                    " could not reach its TCPStore within " +
+                    std::to_string(int64_t(timeoutSeconds)) + " s (" + shortMessage(e) + ")",
+                where,
+                "start rank 0 with the same MASTER_ADDR and MASTER_PORT, or raise dist.timeout_s");
+  }
+  // Every rank announces itself, then waits for all the others (polling, so that a timeout can
+  // say which ones never came).
+  auto key = [](int r) { return "fp4lab/joined/" + std::to_string(r); };
+  std::vector<int> missing;
+  try {
+    impl->store->set(key(env.rank), std::vector<uint8_t>{'1'});
+    const auto deadline = Clock::now() + impl->timeout;
+    for (;;) {
+      missing.clear();
+      for (int r = 0; r < env.world; ++r)
+        if (!impl->store->check({key(r)})) missing.push_back(r);
+      if (missing.empty() || Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception& e) {
+    throw Error("rank " + std::to_string(env.rank) +
+                    " lost the rendezvous server (rank 0): " + shortMessage(e),
+                where, "see rank 0's output");
+  }
+  if (!missing.empty()) {
+    std::ostringstream names;
+    for (size_t i = 0; i < missing.size(); ++i) names << (i ? ", " : "") << missing[i];
+    throw Error("the rendezvous timed out after " + std::to_string(int64_t(timeoutSeconds)) +
+                    " s: rank" + (missing.size() > 1 ? "s " : " ") + names.str() + " of " + world +
+                    " never joined",
+                where,
+                "start every rank with WORLD_SIZE=" + world +
+                    " and the same MASTER_ADDR/MASTER_PORT, or raise dist.timeout_s");
+  }
+  try {
+    auto gloo = c10d::ProcessGroupGloo::Options::create(impl->timeout);
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    const bool loopback = env.masterAddr == "localhost" || env.masterAddr.rfind("127.", 0) == 0;
+    gloo->devices.push_back(
+        ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+        : loopback        ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                          : c10d::ProcessGroupGloo::createDefaultDevice());
+    gloo->threads = 2;
+    impl->backend =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world, gloo);
+  } catch (const std::exception& e) {
+    impl->fail("connecting the Gloo process group", e);
+  }
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors) {
+  for (auto& t : tensors) {
+    std::vector<at::Tensor> one{t};
+    m->run("broadcasting rank 0's weights", [&] { return m->backend->broadcast(one); });
+  }
+}
+
+void ProcessGroup::allReduceSum(torch::Tensor& tensor) {
+  std::vector<at::Tensor> one{tensor};
+  m->run("an all-reduce", [&] { return m->backend->allreduce(one); });
+}
+
+void ProcessGroup::allReduceMax(torch::Tensor& tensor) {
+  std::vector<at::Tensor> one{tensor};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  m->run("an all-reduce (max)", [&] { return m->backend->allreduce(one, o); });
+}
+
+double ProcessGroup::averageGradients(const std::vector<torch::Tensor>& parameters) {
+  torch::NoGradGuard noGrad;
+  // Buckets of consecutive parameters of one dtype.
+  struct Bucket {
+    std::vector<size_t> members;
+    torch::Tensor flat;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  std::vector<Bucket> buckets;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const auto& p = parameters[i];
+    const int64_t b = p.numel() * int64_t(p.element_size());
+    if (buckets.empty() || bytes + b > kBucketBytes ||
+        parameters[buckets.back().members.front()].scalar_type() != p.scalar_type()) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    buckets.back().members.push_back(i);
+    bytes += b;
+  }
+  const auto started = Clock::now();
+  try {
+    for (auto& bucket : buckets) {
+      std::vector<torch::Tensor> pieces;
+      for (size_t i : bucket.members) {
+        const auto& p = parameters[i];
+        pieces.push_back(p.grad().defined() ? p.grad().reshape({-1})
+                                            : torch::zeros({p.numel()}, p.options()));
+      }
+      bucket.flat = torch::cat(pieces);
+      std::vector<at::Tensor> one{bucket.flat};
+      bucket.work = m->backend->allreduce(one);
+    }
+    const double scale = 1.0 / double(m->env.world);
+    for (auto& bucket : buckets) {
+      bucket.work->wait(m->timeout);
+      bucket.flat.mul_(scale);
+      int64_t offset = 0;
+      for (size_t i : bucket.members) {
+        auto p = parameters[i];
+        const int64_t n = p.numel();
+        torch::Tensor avg = bucket.flat.slice(0, offset, offset + n).view(p.sizes());
+        if (p.grad().defined())
+          p.mutable_grad().copy_(avg);
+        else
+          p.mutable_grad() = avg.clone();
+        offset += n;
+      }
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    m->fail("the gradient all-reduce", e);
+  }
+  return std::chrono::duration<double>(Clock::now() - started).count();
+}
+
+std::string tensorDigest(const std::vector<torch::Tensor>& tensors) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto& t : tensors) {
+    torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+    const size_t n = size_t(c.numel()) * c.element_size();
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace fp4lab::train
