@@ -45,6 +45,7 @@
 #include "fp4lab/widgets/export_dialog.h"
 #include "fp4lab/widgets/log_poll_worker.h"
 #include "fp4lab/widgets/new_run_dialog.h"
+#include "fp4lab/widgets/quant_inspector.h"
 #include "fp4lab/widgets/run_details.h"
 #include "fp4lab/widgets/run_table_model.h"
 #include "fp4lab/widgets/vector_state.h"
@@ -117,11 +118,13 @@ MainWindow::MainWindow(const WorkbenchOptions& options, QWidget* parent)
   m_compare = new CompareView;
   m_tabs->addTab(m_charts, QStringLiteral("C&urves"));
   m_tabs->addTab(m_compare, QStringLiteral("Com&pare"));
+  m_inspector = new QuantInspector;
+  m_tabs->addTab(m_inspector, QStringLiteral("&Quantization"));
   m_tabs->setTabsClosable(true);
-  // Curves and Compare stay; tabs added later (reports) can be closed.
-  for (int i = 0; i < 2; ++i) m_tabs->tabBar()->setTabButton(i, QTabBar::RightSide, nullptr);
+  // Curves, Compare and Quantization stay; tabs added later (reports) can be closed.
+  for (int i = 0; i < 3; ++i) m_tabs->tabBar()->setTabButton(i, QTabBar::RightSide, nullptr);
   connect(m_tabs, &QTabWidget::tabCloseRequested, this, [this](int index) {
-    if (index >= 2) delete m_tabs->widget(index);  // reports; Curves and Compare stay
+    if (index >= 3) delete m_tabs->widget(index);  // reports; the fixed tabs stay
   });
   auto* centre = new QWidget;
   auto* centreLayout = new QVBoxLayout(centre);
@@ -176,6 +179,7 @@ MainWindow::MainWindow(const WorkbenchOptions& options, QWidget* parent)
           });
   connect(m_charts, &ChartsPage::runSelected, this, &MainWindow::selectRun);
   connect(m_compare, &CompareView::runSelected, this, &MainWindow::selectRun);
+  connect(m_inspector, &QuantInspector::runSelected, this, &MainWindow::selectRun);
 
   m_defaultState = saveState(kLayoutVersion);
   restoreSettings();
@@ -231,6 +235,12 @@ void MainWindow::buildActions() {
   make(QStringLiteral("run experiment"), QStringLiteral("Run the built-in &experiment"),
        QStringLiteral("SFT, then PTQ, QAT and QAD in MXFP4 and NVFP4, with its report"),
        QKeySequence(), [this] { runExperiment(); });
+  make(QStringLiteral("open analysis"), QStringLiteral("Open &analysis\u2026"),
+       QStringLiteral("open a file of fp4lab analyze --output in the Quantization tab"),
+       QKeySequence(), [this] {
+         m_tabs->setCurrentWidget(m_inspector);
+         m_inspector->openAnalysisDialog();
+       });
   make(QStringLiteral("quit"), QStringLiteral("&Quit"), QStringLiteral("close the workbench"),
        QKeySequence::Quit, [this] { close(); });
   make(QStringLiteral("find"), QStringLiteral("&Filter runs"),
@@ -330,6 +340,7 @@ void MainWindow::buildMenus() {
        {"new run", "open config", "add run folder", "run experiment", "compare formats on folder"})
     file->addAction(action(QString::fromLatin1(name)));
   file->addAction(action(QStringLiteral("export")));
+  file->addAction(action(QStringLiteral("open analysis")));
   file->addSeparator();
   file->addAction(action(QStringLiteral("quit")));
   QMenu* edit = menuBar()->addMenu(QStringLiteral("&Edit"));
@@ -545,6 +556,7 @@ void MainWindow::onSnapshots(RunSnapshotsPtr snapshots) {
   m_model->setSnapshots(snapshots);
   pushChartRuns();
   m_compare->setRuns(snapshots);
+  m_inspector->setRuns(snapshots);
   m_details->setRun(snapshot(selected.empty() ? m_details->runId() : selected));
   updateStatusBar();
   updateActions();
@@ -581,6 +593,7 @@ void MainWindow::onSelectionChanged() {
   m_details->setRun(snapshot(id));
   m_details->setConsole(m_queue->console(q(id)));
   m_charts->setSelectedRun(id);
+  m_inspector->setSelectedRun(id);
   updateStatusBar();
   updateActions();
 }

@@ -1,9 +1,11 @@
 // Renders each view of the workbench with real runs into PNG files: the README's and the user
 // guide's pictures (tests/gui/render-screenshots.sh runs it under Xvfb on the quick experiment's
-// runs). Hidden ([.screenshots]): it needs FP4LAB_SCREENSHOT_RUNS and FP4LAB_SCREENSHOT_OUT.
+// runs), the quantization inspector's views included. Hidden ([.screenshots]): it needs
+// FP4LAB_SCREENSHOT_RUNS and FP4LAB_SCREENSHOT_OUT.
 #include <catch2/catch.hpp>
 
 #include <QDockWidget>
+#include <QSignalSpy>
 #include <QTabWidget>
 #include <QTimer>
 
@@ -14,6 +16,9 @@
 #include "fp4lab/widgets/curve_panel.h"
 #include "fp4lab/widgets/main_window.h"
 #include "fp4lab/widgets/new_run_dialog.h"
+#include "fp4lab/widgets/quant_inspector.h"
+#include "fp4lab/widgets/heatmap_widget.h"
+#include "fp4lab/analyze/analyze.h"
 #include "fp4lab/widgets/run_table_model.h"
 #include "workbench_fixtures.h"
 
@@ -71,6 +76,43 @@ TEST_CASE("screenshots of every view", "[.screenshots]") {
     w.compare()->setPair(a, b);
     w.centralTabs()->setCurrentWidget(w.compare());
     save(w, dir + QStringLiteral("/compare.png"));
+  }
+  // The quantization inspector: run view (one run, then A − B), layer view, model view on an
+  // analysis of the SFT model made with the analyze library.
+  if (!a.empty() && !b.empty()) {
+    QuantInspector* inspector = w.inspector();
+    w.centralTabs()->setCurrentWidget(inspector);
+    w.selectRun(a);
+    inspector->setRunB({});
+    inspector->setMetric("sqnr_db");
+    inspector->showView(0);
+    save(w, dir + QStringLiteral("/inspector-run.png"));
+    inspector->setRunB(b);
+    save(w, dir + QStringLiteral("/inspector-difference.png"));
+    inspector->setRunB({});
+    QSignalSpy blocks(inspector, &QuantInspector::layerBlocksLoaded);
+    const int worst = inspector->worstLayers()->layerOf(0);
+    inspector->showLayer(worst < 0 ? 0 : worst);
+    testing::waitFor([&] { return blocks.count() > 0; }, 10000);
+    save(w, dir + QStringLiteral("/inspector-layer.png"));
+    const std::string model = std::string(runs) + "/sft/model";
+    if (files::isRegularFile(files::join(model, "model.safetensors"))) {
+      testing::TempDir tmp;
+      analyze::Options o;
+      o.modelDir = model;
+      const std::string file = tmp.file("sft-analysis.h5");
+      analyze::writeAnalysisFile(analyze::analyzeModel(o), file);
+      QSignalSpy loaded(inspector, &QuantInspector::analysisLoaded);
+      inspector->openAnalysis(QString::fromStdString(file));
+      REQUIRE(testing::waitFor([&] { return loaded.count() > 0; }, 30000));
+      inspector->modelHeatmap()->cellActivated(inspector->modelHeatmap()->rows() - 1, 2);
+      save(w, dir + QStringLiteral("/inspector-model.png"));
+      w.resize(1000, 650);
+      save(w, dir + QStringLiteral("/inspector-model-small.png"));
+      inspector->showView(0);
+      save(w, dir + QStringLiteral("/inspector-run-small.png"));
+      w.resize(1600, 1000);
+    }
   }
   w.centralTabs()->setCurrentIndex(0);
   w.resize(1024, 680);

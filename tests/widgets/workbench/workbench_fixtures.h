@@ -8,6 +8,7 @@
 #include <QElapsedTimer>
 #include <QTest>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -37,6 +38,17 @@ struct SyntheticRun {
   std::vector<std::string> overrides;
   int steps = 20, evalEvery = 5;
   RunState state = RunState::Finished;
+  // /quant: these layers (none: a log without per-layer data), one row of quantMetrics at every
+  // evaluation, quantValue(metric, layer, step) each (default: sqnr_db 20 + layer - step / 10,
+  // others (layer + 1) / 100 + step / 1000). blocks > 0: /quant/blocks with that many blocks per
+  // layer, blockValue(layer, block, step) each (default: 1e-4 * (block + 1)), written at each
+  // row for the layers blockLayers names (empty: all).
+  std::vector<std::string> quantLayers{};
+  std::vector<std::string> quantMetrics = {"sqnr_db", "rel_l2", "mse"};
+  std::function<float(const std::string&, size_t, int)> quantValue{};
+  int64_t blocks = 0;
+  std::function<float(size_t, int64_t, int)> blockValue{};
+  std::vector<size_t> blockLayers{};
 };
 
 inline void writeRun(const SyntheticRun& r) {
@@ -51,6 +63,11 @@ inline void writeRun(const SyntheticRun& r) {
   attributes.format = c.quantFormat;
   log::RunLogSchema schema;
   schema.evalColumns = {"val_loss", "val_kl", "pass_rate_arith"};
+  if (!r.quantLayers.empty()) {
+    schema.quantLayers = r.quantLayers;
+    schema.quantMetrics = r.quantMetrics;
+    if (r.blocks > 0) schema.blocksPerLayer.assign(r.quantLayers.size(), r.blocks);
+  }
   auto w = log::RunLogWriter::create(files::join(r.dir, "log.h5"), attributes, schema);
   for (int step = 1; step <= r.steps; ++step) {
     log::TrainRow row;
@@ -69,6 +86,27 @@ inline void writeRun(const SyntheticRun& r) {
       e.wallSeconds = row.wallSeconds;
       e.values = {2.0 / std::sqrt(double(step)), NAN, 0.5};
       w.appendEval(e);
+      if (!r.quantLayers.empty()) {
+        std::vector<std::vector<float>> metricByLayer;
+        for (const auto& m : r.quantMetrics) {
+          std::vector<float> v;
+          for (size_t l = 0; l < r.quantLayers.size(); ++l)
+            v.push_back(r.quantValue     ? r.quantValue(m, l, step)
+                        : m == "sqnr_db" ? float(20.0 + double(l) - step / 10.0)
+                                         : float((l + 1) / 100.0 + step / 1000.0));
+          metricByLayer.push_back(v);
+        }
+        w.appendQuant(step, metricByLayer);
+        for (size_t l = 0; r.blocks > 0 && l < r.quantLayers.size(); ++l) {
+          if (!r.blockLayers.empty() &&
+              std::find(r.blockLayers.begin(), r.blockLayers.end(), l) == r.blockLayers.end())
+            continue;
+          std::vector<float> perBlock;
+          for (int64_t b = 0; b < r.blocks; ++b)
+            perBlock.push_back(r.blockValue ? r.blockValue(l, b, step) : float(1e-4 * (b + 1)));
+          w.appendBlocks(step, l, perBlock);
+        }
+      }
     }
   }
   w.event("end", "finished");

@@ -1,5 +1,5 @@
 // The workbench's main window: the Runs dock (table, filter, facets), a central tab area (Curves,
-// Compare, and what later features add: the quantization inspector, reports), the Run details
+// Compare, Quantization (the inspector), and reports), the Run details
 // dock, a status bar with the selected run's progress, and the menus whose actions the toolbar and
 // context menus reuse. It owns the log worker's thread and the run queue; nothing it does on the
 // GUI thread reads HDF5.
@@ -35,6 +35,7 @@ namespace fp4lab::widgets {
 class ChartsPage;
 class CompareView;
 class LogPollWorker;
+class QuantInspector;
 class RunDetails;
 class RunFilterProxy;
 class RunTableModel;
@@ -86,6 +87,7 @@ class MainWindow : public QMainWindow {
   RunFilterProxy* runsProxy() const { return m_proxy; }
   ChartsPage* charts() const { return m_charts; }
   CompareView* compare() const { return m_compare; }
+  QuantInspector* inspector() const { return m_inspector; }
   RunDetails* details() const { return m_details; }
   RunQueue* queue() const { return m_queue; }
   QTabWidget* centralTabs() const { return m_tabs; }
@@ -135,6 +137,7 @@ class MainWindow : public QMainWindow {
   QTabWidget* m_tabs = nullptr;
   ChartsPage* m_charts = nullptr;
   CompareView* m_compare = nullptr;
+  QuantInspector* m_inspector = nullptr;
   RunDetails* m_details = nullptr;
   QLabel* m_message = nullptr;
   QToolButton* m_messageClose = nullptr;

@@ -1,0 +1,227 @@
+// The Quantization tab of the workbench: where 4-bit hurts, layer by layer.
+// - Run view: for the selected run (A), and optionally a second run (B), a heatmap of layers (rows,
+//   in /quant/layers order: model order, grouped by block) x evaluations (columns, /quant/step) of
+//   one /quant metric; A − B on RdBu when B is set (aligned by layer name and step; a layer or a
+//   step missing in B is NaN, drawn grey). Beside it the worst layers at the last evaluation
+//   (WorstLayersModel).
+// - Layer view (click a row of the run view): that layer's per-block error map at the clicked
+//   evaluation, read from /quant/blocks/<l> off the GUI thread, and its metric against the step
+//   (A, and B when set).
+// - Model view: an analysis file of `fp4lab analyze --output` (read off the GUI thread): layers x
+//   formats of a metric; for a clicked cell the layer's block map in that format, its weight
+//   histogram and its scale-code histogram.
+// Wherever data cannot be shown, the view says why in text instead of drawing zeros.
+//
+// Reading: the per-block rows are read on demand by a QThreadPool task with its own
+// log::RunLogReader (one short read of one dataset row, which the fp4lab_log library's
+// process-wide HDF5 lock makes safe beside the LogPollWorker's readers), rather than by a tagged
+// request to the LogPollWorker: the worker's snapshots stay free of per-block data (they are
+// copied to every view each second), and a click is not queued behind a poll of every run.
+// Requests carry a serial number; only the latest one's answer is shown.
+#pragma once
+
+#include <QAbstractTableModel>
+#include <QStringList>
+#include <QWidget>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fp4lab/widgets/heatmap_colors.h"
+#include "fp4lab/widgets/run_curves.h"
+#include "fp4lab/widgets/run_snapshot.h"
+
+class QChart;
+class QChartView;
+class QComboBox;
+class QLabel;
+class QPushButton;
+class QTableView;
+class QTabWidget;
+
+namespace fp4lab::analyze {
+struct Analysis;
+}
+
+namespace fp4lab::widgets {
+
+class HeatmapWidget;
+
+namespace detail {
+// A matrix for a heatmap, row-major, NaN = not measured.
+struct QuantMatrix {
+  int rows = 0, cols = 0;
+  std::vector<float> values;
+  QStringList rowLabels, colLabels;
+  std::vector<int64_t> steps;  // per column
+  int missingLayers = 0;       // A − B: rows of A that B does not have
+  int missingSteps = 0;        // A − B: columns of A whose step B did not measure
+};
+// Layers x evaluations of one metric of one run; empty (rows 0) without /quant rows or metric.
+QuantMatrix runMatrix(const RunCurves& run, const std::string& metric);
+// A − B, on A's layers and steps: B's value of the same layer name at the same step; NaN where B
+// has no such layer, step or metric, or either value is NaN.
+QuantMatrix differenceMatrix(const RunCurves& a, const RunCurves& b, const std::string& metric);
+// "model.layers.3.mlp.down_proj" -> "3.mlp.down_proj" (row labels; tooltips keep the full name).
+QString shortLayerName(const std::string& module);
+// The columns of the block grid of a weight with `blocks` blocks: blocks / rows when the weight's
+// row count is known and divides it, else the divisor of `blocks` nearest its square root
+// (the run log does not record the weight's shape).
+int blockGridColumns(int64_t blocks, int64_t rows = 0);
+}  // namespace detail
+
+// The worst layers of one metric, worst first: for sqnr_db, act_sqnr_db and cosine the lowest
+// value, for the errors (rel_l2, mse, max_abs, clip_frac, ...) the highest
+// (heatmap::higherIsWorse). For a difference A − B the same rule applies to the difference: the
+// layers where A is worse than B by the most come first. NaN layers are left out (see
+// notMeasured()). Columns: layer, value. Qt::UserRole gives the value as a double and, on the
+// layer column, the layer's index in the input.
+class WorstLayersModel : public QAbstractTableModel {
+  Q_OBJECT
+
+ public:
+  explicit WorstLayersModel(QObject* parent = nullptr);
+
+  void setValues(const std::vector<std::string>& layers, const std::vector<float>& values,
+                 bool higherIsWorse, const QString& valueHeader);
+  void clear();
+  int notMeasured() const { return m_notMeasured; }
+  // The layer index (into the input) of a row.
+  int layerOf(int row) const;
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation,
+                      int role = Qt::DisplayRole) const override;
+
+ private:
+  struct Row {
+    int layer;
+    std::string name;
+    float value;
+  };
+  std::vector<Row> m_rows;
+  QString m_header = QStringLiteral("value");
+  int m_notMeasured = 0;
+};
+
+// A plain bar chart (histograms): one bar per value, sparse labels below, the largest count on
+// the left. Shows `emptyText` when there are no bars.
+class BarChartWidget : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit BarChartWidget(QWidget* parent = nullptr);
+  void setBars(std::vector<double> values, QStringList labels, const QString& title);
+  void setEmptyText(const QString& text);
+  const std::vector<double>& values() const { return m_values; }
+  QString emptyText() const { return m_empty; }
+  void paint(QPainter& painter, const QSize& size) const;
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+
+ private:
+  std::vector<double> m_values;
+  QStringList m_labels;
+  QString m_title, m_empty;
+};
+
+class QuantInspector : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit QuantInspector(QWidget* parent = nullptr);
+  ~QuantInspector() override;
+
+  // New snapshots; nothing is redrawn while hidden or when the runs shown did not change.
+  void setRuns(RunSnapshotsPtr runs);
+  // The run table's selection becomes run A.
+  void setSelectedRun(const std::string& id);
+  void setRunB(const std::string& id);  // "" for none
+  void setMetric(const std::string& metric);
+  // The layer view of one layer (index into A's /quant/layers) at evaluation `column` (-1: last).
+  void showLayer(int layer, int column = -1);
+  // Opens an analysis file in the model view (read on a worker thread; analysisLoaded follows).
+  void openAnalysis(const QString& path);
+  void openAnalysisDialog();
+  void showView(int index);  // 0 run, 1 layer, 2 model
+
+  const std::string& runA() const { return m_idA; }
+  const std::string& runB() const { return m_idB; }
+  const std::string& metric() const { return m_metric; }
+  HeatmapWidget* runHeatmap() const { return m_runMap; }
+  HeatmapWidget* layerBlocks() const { return m_layerBlocks; }
+  HeatmapWidget* modelHeatmap() const { return m_modelMap; }
+  HeatmapWidget* modelBlocks() const { return m_modelBlocks; }
+  BarChartWidget* weightHistogram() const { return m_weightHist; }
+  BarChartWidget* scaleHistogram() const { return m_scaleHist; }
+  WorstLayersModel* worstLayers() const { return m_worst; }
+  QString runNote() const;
+  QString layerNote() const;
+  QString modelNote() const;
+  int layerShown() const { return m_layer; }
+  // Refreshes now even when hidden (tests, screenshots).
+  void refreshNow();
+
+ Q_SIGNALS:
+  void layerBlocksLoaded();  // the block map of the layer view is drawn (or its absence said)
+  void analysisLoaded(bool ok);
+  void runSelected(const std::string& id);
+
+ protected:
+  void showEvent(QShowEvent* event) override;
+
+ private:
+  void buildRunView(QWidget* page);
+  void buildLayerView(QWidget* page);
+  void buildModelView(QWidget* page);
+  void populateRunCombos();
+  void populateMetricCombo();
+  void refreshRunView();
+  void refreshLayerChart();
+  void requestBlocks();
+  void applyBlocks(std::vector<float> values, const QString& error, int64_t step);
+  void applyAnalysis(std::shared_ptr<const analyze::Analysis> analysis, const QString& path,
+                     const QString& error);
+  void refreshModelView();
+  void showModelCell(int layer, int format);
+  const RunSnapshot* find(const std::string& id) const;
+  std::string fingerprint() const;
+
+  RunSnapshotsPtr m_runs;
+  std::string m_idA, m_idB, m_metric = "sqnr_db", m_shown, m_comboKey;
+  bool m_dirty = true;
+  int m_layer = -1, m_column = -1;
+  std::string m_layerName;
+  uint64_t m_blockRequest = 0;
+  uint64_t m_analysisRequest = 0;
+  std::shared_ptr<const analyze::Analysis> m_analysis;
+  QString m_analysisPath;
+  std::string m_modelMetric = "sqnr_db";
+
+  QTabWidget* m_views = nullptr;
+  QComboBox *m_runA = nullptr, *m_runB = nullptr, *m_metricBox = nullptr;
+  HeatmapWidget* m_runMap = nullptr;
+  QLabel* m_runNote = nullptr;
+  WorstLayersModel* m_worst = nullptr;
+  QLabel* m_worstLabel = nullptr;
+  QTableView* m_worstView = nullptr;
+  QLabel* m_layerTitle = nullptr;
+  QLabel* m_layerNote = nullptr;
+  HeatmapWidget* m_layerBlocks = nullptr;
+  QChartView* m_layerChartView = nullptr;
+  QChart* m_layerChart = nullptr;
+  QPushButton* m_openAnalysis = nullptr;
+  QLabel* m_modelFile = nullptr;
+  QLabel* m_modelNote = nullptr;
+  QComboBox* m_modelMetricBox = nullptr;
+  HeatmapWidget* m_modelMap = nullptr;
+  HeatmapWidget* m_modelBlocks = nullptr;
+  BarChartWidget *m_weightHist = nullptr, *m_scaleHist = nullptr;
+};
+
+}  // namespace fp4lab::widgets
