@@ -38,6 +38,7 @@ namespace fp4lab::widgets {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kXTicks = 5;  // x axis ticks before Qt's round numbers adjust them
 
 QList<QPointF> toQPoints(const Points& points) {
   QList<QPointF> out;
@@ -385,12 +386,15 @@ void CurvePanel::applyFrame(const std::shared_ptr<const CurveFrame>& frame) {
   // While following the data, round numbers at the ends; a zoom shows exactly what was chosen.
   // (Worked out on a detached axis: one range change of the chart's axis, not two.)
   if (m_zoomed) {
+    xAxis->setTickCount(kXTicks);
     xAxis->setRange(m_x0, m_x1);
   } else {
+    // From the same start every frame, so the ticks do not depend on the previous frame's.
     QValueAxis nice;
-    nice.setTickCount(xAxis->tickCount());
+    nice.setTickCount(kXTicks);
     nice.setRange(m_x0, m_x1);
     nice.applyNiceNumbers();
+    xAxis->setTickCount(nice.tickCount());
     xAxis->setRange(nice.min(), nice.max());
   }
   const bool logY = frame->settings.logY;
