@@ -86,6 +86,7 @@ int launchRanks(int nproc, const std::vector<std::string>& argv, const run::RunC
     childArgs.push_back("--output-dir");
     childArgs.push_back(runDir);
   }
+  childArgs.push_back("dist.processes=" + std::to_string(nproc));  // every rank's config agrees
   const std::string port = std::to_string(freePort());
   std::vector<pid_t> pids;
   for (int rank = 0; rank < nproc; ++rank) {
@@ -182,11 +183,13 @@ int runTrain(const std::vector<std::string>& argv) {
         "eval,\n"
         "checkpoint, warning, finished, failed, cancelled) instead of the progress bar. Ctrl-C or\n"
         "SIGTERM checkpoints and stops cleanly.\n\n"
-        "--nproc N trains data-parallel in N processes on this machine (Gloo; train.batch_size is\n"
-        "the global batch, split over the ranks; rank 0 writes the run folder). Under torchrun or\n"
-        "a cluster launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) each process joins "
-        "as\n"
-        "its rank. dist.timeout_s bounds the rendezvous and every collective.\n\n"
+        "--nproc N (the same as dist.processes=N, which run.yaml keeps for a resume) trains\n"
+        "data-parallel in N processes on this machine (Gloo; train.batch_size is the global "
+        "batch,\n"
+        "split over the ranks; rank 0 writes the run folder). Under torchrun or a cluster "
+        "launcher\n"
+        "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) each process joins as its rank.\n"
+        "dist.timeout_s bounds the rendezvous and every collective.\n\n"
         "--resume-from-checkpoint latest --output-dir RUN continues the run in RUN from its own\n"
         "run.yaml; overrides may change only what does not define the run (train.threads,\n"
         "train.checkpoint_every, train.keep_checkpoints, run.output_dir).\n\n"
@@ -208,6 +211,9 @@ int runTrain(const std::vector<std::string>& argv) {
     overrides.push_back(p);
   }
   if (args.has("seed")) overrides.push_back("run.seed=" + args.get("seed", ""));
+  // --nproc N is dist.processes=N: recorded in run.yaml, so a resume starts as many processes.
+  if (args.has("nproc"))
+    overrides.push_back("dist.processes=" + std::to_string(args.integer("nproc", 1, 1, 1024)));
   const std::string events = args.choice("events", {"none", "jsonl"}, "none");
   const bool resuming = args.has("resume-from-checkpoint");
   if (args.has("config") && args.has("defaults"))
@@ -245,13 +251,15 @@ int runTrain(const std::vector<std::string>& argv) {
   }
   options.stopRequested = &stopRequested();
   options.dryRun = args.has("dry-run");
-  const int nproc = int(args.integer("nproc", 1, 1, 1024));
+  // A process that a launcher started (RANK set) joins as its rank; otherwise dist.processes > 1
+  // (or --nproc) starts the ranks here.
+  const int nproc = config.distProcesses;
   const char* rankVar = std::getenv("RANK");
   const bool rank0 = !rankVar || std::string(rankVar) == "0";
-  if (nproc > 1 && !options.dryRun) {
-    if (rankVar)
-      throw Error("--nproc " + std::to_string(nproc) + " under a launcher that set RANK=" + rankVar,
-                  "fp4lab train", "let one of them start the processes: drop --nproc, or RANK");
+  if (args.has("nproc") && nproc > 1 && rankVar)
+    throw Error("--nproc " + std::to_string(nproc) + " under a launcher that set RANK=" + rankVar,
+                "fp4lab train", "let one of them start the processes: drop --nproc, or RANK");
+  if (nproc > 1 && !rankVar && !options.dryRun) {
     installStopHandlers();
     return launchRanks(nproc, argv, config, options, events == "jsonl");
   }

@@ -165,6 +165,10 @@ const std::vector<Binding>& table() {
       bind(&C::threads, operational(integer("train.threads", 0, 4096,
                                             "CPU threads (0: every core the process may run on, as "
                                             "taskset or a cpuset allows)"))),
+      bind(&C::distProcesses,
+           operational(integer("dist.processes", 1, 1024,
+                               "data-parallel processes fp4lab train starts on this machine (Gloo; "
+                               "train.batch_size is the global batch; --nproc N overrides)"))),
       bind(&C::distTimeoutSeconds,
            operational(real("dist.timeout_s", 1, 86400,
                             "data-parallel runs: seconds to wait for every rank to join, and for "
@@ -298,6 +302,10 @@ void RunConfig::validate() const {
     require(quantFormat != "none", "quant.format", "must be mxfp4 or nvfp4 for recipe " + recipe);
   require(calibBatches >= (amaxMode == "frozen" && quantFormat != "none" ? 1 : 0),
           "quant.calib_batches", "must be at least 1 with quant.amax=frozen");
+  require(batchSize % distProcesses == 0, "dist.processes",
+          "must divide train.batch_size (" + std::to_string(batchSize) +
+              "): the global batch is split evenly over the processes",
+          "use a batch size that is a multiple of the number of processes");
   require(int64_t(batchSize) * gradAccum <= (int64_t(1) << 20), "train.grad_accum",
           "times train.batch_size must be at most 1048576 sequences per step");
 }

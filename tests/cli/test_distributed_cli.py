@@ -115,6 +115,14 @@ def equivalence(tmp):
             fail("the 2-process run is not finished")
     if len(glob.glob(tmp + "/two/checkpoints/step-*")) != 1 or not os.path.isdir(tmp + "/two/model"):
         fail("expected one final checkpoint and model/ from rank 0")
+    # --nproc 2 is dist.processes=2: run.yaml keeps it (a resume starts two processes again), and
+    # the key alone launches the same two ranks.
+    with open(tmp + "/two/run.yaml") as f:
+        if "processes: 2" not in f.read():
+            fail("run.yaml of the --nproc 2 run does not record dist.processes: 2")
+    train(os.path.join(tmp, "key"), steps + ["dist.processes=2"])
+    compare_curves(log_rows(tmp + "/two", "train"), log_rows(tmp + "/key", "train"),
+                   "dist.processes=2 against --nproc 2", rtol=0)
 
 
 def children(pid):
@@ -263,7 +271,7 @@ def rendezvous(tmp):
     four = ["train", "--defaults"] + COMMON + ["train.batch_size=5", "--nproc", "2",
                                                "--output-dir", tmp + "/odd"]
     p = run(four, expect=2)
-    if "does not split evenly over 2 ranks" not in p.stderr:
+    if "'dist.processes' must divide train.batch_size (5)" not in p.stderr:
         fail("batch 5 over 2 ranks: " + p.stderr[-2000:])
 
 

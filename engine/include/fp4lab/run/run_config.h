@@ -72,6 +72,7 @@ struct RunConfig {
   int threads = 0;  // 0: all cores
   // dist.*: data-parallel runs (fp4lab train --nproc, torchrun's variables)
   double distTimeoutSeconds = 300;  // rendezvous and every collective
+  int distProcesses = 1;            // ranks `fp4lab train` starts on this machine (--nproc)
 
   // Where each key was last set ("run.yaml:12", "command line"), for messages; not part of the
   // configuration (toYaml and flatten leave it out).
