@@ -50,6 +50,7 @@ int runImport(const std::vector<std::string>& args);
 int runExport(const std::vector<std::string>& args);   // engine/export/ (fp4lab_export)
 int runAnalyze(const std::vector<std::string>& args);  // engine/analyze/ (fp4lab_analyze)
 int runTokenize(const std::vector<std::string>& args);
+int runSensitivity(const std::vector<std::string>& args);  // engine/run/sensitivity.cpp
 #ifdef FP4LAB_WITH_WIDGETS
 int runGui(const std::vector<std::string>& args);  // the workbench window
 #endif

@@ -41,6 +41,9 @@ const fp4lab::cli::Command kCommands[] = {
      fp4lab::cli::runExport},
     {"analyze", "per-layer FP4 error statistics of a model's weights (MXFP4, NVFP4), no training",
      fp4lab::cli::runAnalyze},
+    {"sensitivity",
+     "per-layer loss under FP4 and the keep-in-BF16 size/accuracy frontier (PTQ, measured)",
+     fp4lab::cli::runSensitivity},
 };
 
 void printHelp(FILE* out) {

@@ -71,7 +71,8 @@ def main():
         def case():
             command = rng.choice(["train", "train", "train", "experiment", "experiment", "eval",
                                   "generate", "inspect", "quantize", "dequantize", "base-model",
-                                  "tokenize", "import", "export", "analyze", "bogus", "--bogus", ""])
+                                  "tokenize", "import", "export", "analyze", "sensitivity", "bogus",
+                                  "--bogus", ""])
             args = [command] if command else []
             if command == "train":
                 args += rng.choice([["--defaults"], ["--config", config_file()], [],
@@ -112,6 +113,20 @@ def main():
                                     ["--output", tmp + "/" + weird()], ["--output", tmp],
                                     ["--output", os.path.join(tmp, "nope", "a.h5")],
                                     ["--force"]])
+            elif command == "sensitivity":
+                args += [rng.choice(paths + ["builtin:tiny"])] if rng.random() < 0.9 else []
+                args += rng.choice([["--data", rng.choice(paths)], ["--data", rows], [],
+                                    ["--data"], ["--data", weird()]])
+                args += rng.choice([[], ["--format", weird()], ["--format", "mxfp4"], ["--w4a4"],
+                                    ["--keep", weird()], ["--tolerance", weird()],
+                                    ["--threads", weird()], ["--max-batches", weird()],
+                                    ["--output", os.path.join(tmp, "sens.json")],
+                                    ["--output", tmp + "/" + weird()], ["--output", tmp],
+                                    ["--emit-exclude", os.path.join(tmp, "nope", "x")],
+                                    ["--emit-exclude", os.path.join(tmp, "plan.txt")],
+                                    [f"{rng.choice(rkeys + ['nope'])}={weird()}"], ["--force"]])
+                # Only what a tiny model does quickly: one batch of short sequences, no KL.
+                args += ["--max-batches", "1", "--no-kl", "data.seq_len=32", "train.batch_size=1"]
             elif command in ("import", "export"):
                 args += [rng.choice(paths)] if rng.random() < 0.9 else []
                 args += rng.choice([["--output-dir", os.path.join(tmp, "out")], [],
