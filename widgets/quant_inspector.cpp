@@ -32,6 +32,7 @@
 #include "fp4lab/analyze/analyze.h"
 #include "fp4lab/common/files.h"
 #include "fp4lab/log/run_log.h"
+#include "fp4lab/widgets/frontier_chart.h"
 #include "fp4lab/widgets/heatmap_widget.h"
 
 namespace fp4lab::widgets {
@@ -448,7 +449,13 @@ void QuantInspector::buildModelView(QWidget* page) {
   for (const auto& m : analyze::metricNames()) m_modelMetricBox->addItem(q(m));
   m_modelMetricBox->setCurrentText(q(m_modelMetric));
   mLabel->setBuddy(m_modelMetricBox);
+  m_openSensitivity =
+      named(new QPushButton(QStringLiteral("Open &sensitivity\u2026")),
+            QStringLiteral("open sensitivity"),
+            QStringLiteral("open a file written by fp4lab sensitivity MODEL --data FILE --output "
+                           "FILE.json: its size/accuracy frontier under the heatmap"));
   bar->addWidget(m_openAnalysis);
+  bar->addWidget(m_openSensitivity);
   bar->addWidget(m_modelFile, 1);
   bar->addWidget(mLabel);
   bar->addWidget(m_modelMetricBox);
@@ -476,9 +483,17 @@ void QuantInspector::buildModelView(QWidget* page) {
   right->addWidget(m_weightHist);
   right->addWidget(m_scaleHist);
   right->setChildrenCollapsible(false);
+  m_frontier = new FrontierChart;
+  m_frontier->setObjectName(QStringLiteral("frontier"));
+  m_frontier->hide();  // until a sensitivity file is open
+  auto* left = new QSplitter(Qt::Vertical);
+  left->setObjectName(QStringLiteral("inspector model map split"));
+  left->addWidget(m_modelMap);
+  left->addWidget(m_frontier);
+  left->setChildrenCollapsible(false);
   auto* split = new QSplitter(Qt::Horizontal);
   split->setObjectName(QStringLiteral("inspector model split"));
-  split->addWidget(m_modelMap);
+  split->addWidget(left);
   split->addWidget(right);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
@@ -492,6 +507,7 @@ void QuantInspector::buildModelView(QWidget* page) {
   layout->addWidget(m_modelNote);
 
   connect(m_openAnalysis, &QPushButton::clicked, this, &QuantInspector::openAnalysisDialog);
+  connect(m_openSensitivity, &QPushButton::clicked, this, &QuantInspector::openSensitivityDialog);
   connect(m_modelMetricBox, &QComboBox::activated, this, [this](int i) {
     m_modelMetric = m_modelMetricBox->itemText(i).toStdString();
     refreshModelView();
@@ -913,6 +929,38 @@ void QuantInspector::openAnalysis(const QString& path) {
         },
         Qt::QueuedConnection);
   });
+}
+
+void QuantInspector::openSensitivityDialog() {
+  const QString path =
+      QFileDialog::getOpenFileName(this, QStringLiteral("Open sensitivity"), QString(),
+                                   QStringLiteral("fp4lab sensitivity (*.json);;All files (*)"));
+  if (!path.isEmpty()) openSensitivity(path);
+}
+
+bool QuantInspector::openSensitivity(const QString& path, QString* error) {
+  showView(2);
+  SensitivityFile file;
+  QString why;
+  m_frontier->show();
+  if (!readSensitivityFile(path, &file, &why)) {
+    m_frontier->clear();
+    m_modelNote->setText(QStringLiteral("Cannot open the sensitivity file %1").arg(why));
+    if (error) *error = why;
+    return false;
+  }
+  m_frontier->setFile(file);
+  QString chosen;
+  for (const auto& p : file.plans)
+    if (p.keep == file.chosenKeep)
+      chosen = QStringLiteral("; chosen: keep %1 in BF16, %2 MiB, loss %3 (BF16 %4)")
+                   .arg(p.keep)
+                   .arg(p.bytes / (1024.0 * 1024.0), 0, 'f', 2)
+                   .arg(p.loss, 0, 'g', 5)
+                   .arg(file.bf16Loss, 0, 'g', 5);
+  m_modelNote->setText(
+      QStringLiteral("Frontier of %1: %2 plans%3.").arg(path).arg(file.plans.size()).arg(chosen));
+  return true;
 }
 
 void QuantInspector::applyAnalysis(std::shared_ptr<const analyze::Analysis> analysis,

@@ -8,6 +8,12 @@
 #include <QComboBox>
 #include <QFile>
 #include <QHeaderView>
+#include <QChartView>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLineSeries>
+#include <QScatterSeries>
 #include <QMenu>
 #include <QMenuBar>
 #include <QScrollBar>
@@ -21,6 +27,7 @@
 
 #include "fp4lab/analyze/analyze.h"
 #include "fp4lab/io/safetensors.h"
+#include "fp4lab/widgets/frontier_chart.h"
 #include "fp4lab/widgets/heatmap_colors.h"
 #include "fp4lab/widgets/heatmap_widget.h"
 #include "fp4lab/widgets/main_window.h"
@@ -499,4 +506,97 @@ TEST_CASE("inspector in the window: a Quantization tab, File > Open analysis, na
     }
   }
   CHECK(checked >= 12);
+}
+
+TEST_CASE("inspector model view: a sensitivity file's frontier, the chosen plan highlighted",
+          "[inspector][frontier]") {
+  TempDir tmp;
+  // What `fp4lab sensitivity --output` writes (docs/user-guide.md): plans by keep with their
+  // bytes and measured loss, one loss not measured (null), the chosen plan.
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> jitter(0, 0.01);
+  const int n = 6, chosen = std::uniform_int_distribution<int>(1, n - 1)(rng);
+  const double bf16 = 0.38;
+  QJsonArray plans;
+  std::vector<std::pair<double, double>> expected;  // (MiB, loss) of the measured plans
+  for (int k = 0; k <= n; ++k) {
+    const qint64 bytes = 1800000 + k * 700000;
+    const bool measured = k != 3;
+    const double loss = bf16 + 0.02 / (1 + k) + jitter(rng);
+    QJsonObject p{{"keep", k},
+                  {"bytes", bytes},
+                  {"loss", measured ? QJsonValue(loss) : QJsonValue()},
+                  {"kl", 0.001},
+                  {"kept", QJsonArray{QStringLiteral("model.layers.%1.mlp.down_proj").arg(k)}}};
+    plans.append(p);
+    if (measured) expected.emplace_back(bytes / (1024.0 * 1024.0), loss);
+  }
+  const QJsonObject root{{"model", "tiny"},
+                         {"format", "NVFP4 W4A16"},
+                         {"bf16", QJsonObject{{"loss", bf16}, {"bytes", 6000000}}},
+                         {"ptq", QJsonObject{{"loss", 0.4}, {"kl", 0.002}, {"bytes", 1800000}}},
+                         {"plans", plans},
+                         {"chosen_keep", chosen}};
+  const QString good = QString::fromStdString(tmp.file("sens.json"));
+  {
+    QFile f(good);
+    REQUIRE(f.open(QIODevice::WriteOnly));
+    f.write(QJsonDocument(root).toJson());
+  }
+  QuantInspector inspector;
+  inspector.resize(1200, 800);
+  inspector.show();
+  QString error;
+  REQUIRE(inspector.openSensitivity(good, &error));
+  FrontierChart* chart = inspector.frontier();
+  REQUIRE(chart->isVisibleTo(&inspector));
+  REQUIRE(chart->hasData());
+  // The plans' line and markers hold the measured plans, in order of size; the unmeasured one is
+  // left out; BF16 is a flat line at its loss; the chosen plan is its own marker.
+  QLineSeries* line = nullptr;
+  QLineSeries* bf16Line = nullptr;
+  QScatterSeries* chosenSeries = nullptr;
+  for (QAbstractSeries* s : chart->view()->chart()->series()) {
+    if (s->name() == QStringLiteral("keep k layers in BF16")) line = qobject_cast<QLineSeries*>(s);
+    if (s->name() == QStringLiteral("BF16 loss")) bf16Line = qobject_cast<QLineSeries*>(s);
+    if (s->name() == QStringLiteral("chosen plan")) chosenSeries = qobject_cast<QScatterSeries*>(s);
+  }
+  REQUIRE(line);
+  REQUIRE(bf16Line);
+  REQUIRE(chosenSeries);
+  REQUIRE(line->count() == int(expected.size()));
+  for (int i = 0; i < line->count(); ++i) {
+    CHECK(line->at(i).x() == Approx(expected[size_t(i)].first));
+    CHECK(line->at(i).y() == expected[size_t(i)].second);
+  }
+  REQUIRE(bf16Line->count() == 2);
+  CHECK(bf16Line->at(0).y() == bf16);
+  CHECK(bf16Line->at(1).y() == bf16);
+  const bool chosenMeasured = chosen != 3;
+  CHECK(chosenSeries->count() == (chosenMeasured ? 1 : 0));
+  if (chosenMeasured) {
+    const QJsonObject c = plans.at(chosen).toObject();
+    CHECK(chosenSeries->at(0).x() == Approx(c.value("bytes").toDouble() / (1024.0 * 1024.0)));
+    CHECK(chosenSeries->at(0).y() == c.value("loss").toDouble());
+    CHECK(inspector.modelNote().contains(QStringLiteral("chosen: keep %1").arg(chosen)));
+  }
+  // Anything else says what is wrong and where; the chart is emptied.
+  const QString notJson = QString::fromStdString(tmp.file("bad.json"));
+  const QString foreign = QString::fromStdString(tmp.file("foreign.json"));
+  {
+    QFile f(notJson);
+    REQUIRE(f.open(QIODevice::WriteOnly));
+    f.write("{\"plans\": [");
+    QFile g(foreign);
+    REQUIRE(g.open(QIODevice::WriteOnly));
+    g.write("{\"layers\": [], \"format\": \"nvfp4\"}");
+  }
+  for (const QString& bad : {notJson, foreign, QString::fromStdString(tmp.file("missing.json"))}) {
+    INFO(bad.toStdString());
+    error.clear();
+    CHECK_FALSE(inspector.openSensitivity(bad, &error));
+    CHECK(error.contains(bad));
+    CHECK_FALSE(chart->hasData());
+    CHECK(inspector.modelNote().startsWith(QStringLiteral("Cannot open the sensitivity file")));
+  }
 }

@@ -106,6 +106,11 @@ TEST_CASE("screenshots of every view", "[.screenshots]") {
       inspector->openAnalysis(QString::fromStdString(file));
       REQUIRE(testing::waitFor([&] { return loaded.count() > 0; }, 30000));
       inspector->modelHeatmap()->cellActivated(inspector->modelHeatmap()->rows() - 1, 2);
+      // The frontier, when the screenshot script measured one (fp4lab sensitivity of the SFT
+      // model into the runs folder).
+      const std::string sensitivity = std::string(runs) + "/sensitivity.json";
+      if (files::isRegularFile(sensitivity))
+        CHECK(inspector->openSensitivity(QString::fromStdString(sensitivity)));
       save(w, dir + QStringLiteral("/inspector-model.png"));
       w.resize(1000, 650);
       save(w, dir + QStringLiteral("/inspector-model-small.png"));

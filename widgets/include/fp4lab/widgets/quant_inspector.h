@@ -47,6 +47,7 @@ struct Analysis;
 namespace fp4lab::widgets {
 
 class HeatmapWidget;
+class FrontierChart;
 
 namespace detail {
 // A matrix for a heatmap, row-major, NaN = not measured.
@@ -148,6 +149,11 @@ class QuantInspector : public QWidget {
   // Opens an analysis file in the model view (read on a worker thread; analysisLoaded follows).
   void openAnalysis(const QString& path);
   void openAnalysisDialog();
+  // A file of `fp4lab sensitivity --output FILE.json`: its size/accuracy frontier under the
+  // model view's heatmap. False (the chart says why) for a file that cannot be read.
+  bool openSensitivity(const QString& path, QString* error = nullptr);
+  void openSensitivityDialog();
+  FrontierChart* frontier() const { return m_frontier; }
   void showView(int index);  // 0 run, 1 layer, 2 model
 
   const std::string& runA() const { return m_idA; }
@@ -216,6 +222,8 @@ class QuantInspector : public QWidget {
   QChartView* m_layerChartView = nullptr;
   QChart* m_layerChart = nullptr;
   QPushButton* m_openAnalysis = nullptr;
+  QPushButton* m_openSensitivity = nullptr;
+  FrontierChart* m_frontier = nullptr;
   QLabel* m_modelFile = nullptr;
   QLabel* m_modelNote = nullptr;
   QComboBox* m_modelMetricBox = nullptr;

@@ -1,0 +1,212 @@
+// The size/accuracy frontier chart and the sensitivity file it draws.
+#include "fp4lab/widgets/frontier_chart.h"
+
+#include <QChart>
+#include <QChartView>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QLegend>
+#include <QLineSeries>
+#include <QPen>
+#include <QScatterSeries>
+#include <QCursor>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <QValueAxis>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace fp4lab::widgets {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+double numberOr(const QJsonValue& v, double otherwise) {
+  return v.isDouble() ? v.toDouble() : otherwise;  // null (NaN in the file) gives `otherwise`
+}
+
+}  // namespace
+
+bool readSensitivityFile(const QString& path, SensitivityFile* out, QString* error) {
+  const auto fail = [&](const QString& what) {
+    if (error) *error = QStringLiteral("%1: %2").arg(path, what);
+    return false;
+  };
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) return fail(f.errorString());
+  QJsonParseError parse;
+  const QJsonDocument doc = QJsonDocument::fromJson(f.readAll(), &parse);
+  if (doc.isNull())
+    return fail(
+        QStringLiteral("not JSON (%1 at byte %2)").arg(parse.errorString()).arg(parse.offset));
+  const QJsonObject root = doc.object();
+  const QJsonArray plans = root.value(QStringLiteral("plans")).toArray();
+  const QJsonObject bf16 = root.value(QStringLiteral("bf16")).toObject();
+  const QJsonObject ptq = root.value(QStringLiteral("ptq")).toObject();
+  if (plans.isEmpty() || !bf16.value(QStringLiteral("loss")).isDouble())
+    return fail(
+        QStringLiteral("not a file of fp4lab sensitivity --output (no plans or no bf16 loss)"));
+  SensitivityFile s;
+  s.model = root.value(QStringLiteral("model")).toString();
+  s.format = root.value(QStringLiteral("format")).toString();
+  s.formatName = root.value(QStringLiteral("format_name")).toString();
+  s.bf16Loss = bf16.value(QStringLiteral("loss")).toDouble();
+  s.bf16Bytes = bf16.value(QStringLiteral("bytes")).toInteger();
+  s.ptqLoss = numberOr(ptq.value(QStringLiteral("loss")), NAN);
+  s.ptqBytes = ptq.value(QStringLiteral("bytes")).toInteger();
+  s.chosenKeep = root.value(QStringLiteral("chosen_keep")).toInteger(-1);
+  for (qsizetype i = 0; i < plans.size(); ++i) {
+    const QJsonObject p = plans.at(i).toObject();
+    if (!p.value(QStringLiteral("bytes")).isDouble() || !p.value(QStringLiteral("keep")).isDouble())
+      return fail(QStringLiteral("plan %1 has no keep or bytes").arg(i));
+    SensitivityPlanPoint point;
+    point.keep = p.value(QStringLiteral("keep")).toInteger();
+    point.bytes = p.value(QStringLiteral("bytes")).toInteger();
+    point.loss = numberOr(p.value(QStringLiteral("loss")), NAN);
+    point.kl = numberOr(p.value(QStringLiteral("kl")), NAN);
+    for (const QJsonValue& k : p.value(QStringLiteral("kept")).toArray())
+      point.kept << k.toString();
+    s.plans.push_back(std::move(point));
+  }
+  std::sort(s.plans.begin(), s.plans.end(),
+            [](const auto& a, const auto& b) { return a.keep < b.keep; });
+  *out = std::move(s);
+  return true;
+}
+
+FrontierChart::FrontierChart(QWidget* parent) : QWidget(parent) {
+  auto* chart = new QChart;
+  chart->setTheme(QChart::ChartThemeLight);
+  chart->setAnimationOptions(QChart::NoAnimation);
+  chart->setBackgroundRoundness(0);
+  chart->setMargins(QMargins(4, 4, 12, 4));
+  // No legend (the panel is small): the title says what the marks are.
+  chart->legend()->hide();
+  m_view = new QChartView(chart);
+  m_view->setObjectName(QStringLiteral("frontier chart"));
+  m_view->setAccessibleName(QStringLiteral("size/accuracy frontier"));
+  m_view->setToolTip(QStringLiteral(
+      "each plan of fp4lab sensitivity: keep the k most sensitive layers in BF16; model size "
+      "against validation loss. Hover a point for its plan."));
+  m_view->setRenderHint(QPainter::Antialiasing, true);
+  m_view->setMinimumHeight(180);
+  m_empty = new QLabel(QStringLiteral(
+      "Open a sensitivity file (fp4lab sensitivity MODEL --data FILE --output FILE.json) to see "
+      "the size/accuracy frontier."));
+  m_empty->setWordWrap(true);
+  m_empty->setAccessibleDescription(QStringLiteral("frontier chart status"));
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(m_view, 1);
+  layout->addWidget(m_empty);
+  clear();
+}
+
+void FrontierChart::clear() {
+  m_file = SensitivityFile{};
+  m_view->chart()->removeAllSeries();
+  for (QAbstractAxis* a : m_view->chart()->axes()) {
+    m_view->chart()->removeAxis(a);
+    delete a;
+  }
+  m_view->hide();
+  m_empty->show();
+}
+
+QPointF FrontierChart::chosenPoint() const {
+  for (const auto& p : m_file.plans)
+    if (p.keep == m_file.chosenKeep && std::isfinite(p.loss)) return {p.bytes / kMiB, p.loss};
+  return {NAN, NAN};
+}
+
+void FrontierChart::setFile(const SensitivityFile& file) {
+  clear();
+  m_file = file;
+  QChart* chart = m_view->chart();
+  chart->setTitle(QStringLiteral("Frontier (%1): dashed BF16, orange the chosen plan")
+                      .arg(file.formatName.isEmpty() ? file.format : file.formatName));
+  auto* line = new QLineSeries;
+  line->setName(QStringLiteral("keep k layers in BF16"));
+  line->setPen(QPen(QColor(0x00, 0x72, 0xb2), 1.6));
+  auto* points = new QScatterSeries;
+  points->setName(QStringLiteral("measured plans"));
+  points->setMarkerSize(7);
+  points->setColor(QColor(0x00, 0x72, 0xb2));
+  points->setBorderColor(QColor(0x00, 0x72, 0xb2));
+  auto* chosen = new QScatterSeries;
+  chosen->setName(QStringLiteral("chosen plan"));
+  chosen->setMarkerSize(14);
+  chosen->setColor(QColor(0xe6, 0x9f, 0x00));
+  chosen->setBorderColor(Qt::black);
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  for (const auto& p : file.plans) {
+    if (!std::isfinite(p.loss)) continue;
+    const QPointF at(p.bytes / kMiB, p.loss);
+    line->append(at);
+    points->append(at);
+    if (p.keep == file.chosenKeep) chosen->append(at);
+    x0 = std::min(x0, at.x()), x1 = std::max(x1, at.x());
+    y0 = std::min(y0, at.y()), y1 = std::max(y1, at.y());
+  }
+  if (!(x0 <= x1)) {
+    m_empty->setText(QStringLiteral("The sensitivity file has no measured plan."));
+    return;
+  }
+  y0 = std::min(y0, file.bf16Loss), y1 = std::max(y1, file.bf16Loss);
+  auto* bf16 = new QLineSeries;
+  bf16->setName(QStringLiteral("BF16 loss"));
+  QPen dashed(QColor(0x55, 0x55, 0x55), 1.0, Qt::DashLine);
+  bf16->setPen(dashed);
+  bf16->append(x0, file.bf16Loss);
+  bf16->append(x1, file.bf16Loss);
+  for (QAbstractSeries* s : std::initializer_list<QAbstractSeries*>{bf16, line, points, chosen})
+    chart->addSeries(s);
+  auto* x = new QValueAxis;
+  x->setTitleText(QStringLiteral("size (MiB)"));
+  x->setLabelFormat(QStringLiteral("%.3g"));
+  x->setTickCount(4);
+  auto* y = new QValueAxis;
+  y->setTitleText(QStringLiteral("loss"));
+  y->setLabelFormat(QStringLiteral("%.4g"));
+  y->setTickCount(4);
+  // Room for the chosen plan's larger marker at the ends.
+  const double padX = x1 > x0 ? 0.06 * (x1 - x0) : 0.5, padY = y1 > y0 ? 0.15 * (y1 - y0) : 0.01;
+  x->setRange(x0 - padX, x1 + padX);
+  y->setRange(y0 - padY, y1 + padY);
+  chart->addAxis(x, Qt::AlignBottom);
+  chart->addAxis(y, Qt::AlignLeft);
+  for (QAbstractSeries* s : chart->series()) s->attachAxis(x), s->attachAxis(y);
+  const auto describe = [this](const QPointF& at, bool state) {
+    if (!state) return QToolTip::hideText();
+    for (const auto& p : m_file.plans) {
+      if (std::abs(p.bytes / kMiB - at.x()) > 1e-9 || std::abs(p.loss - at.y()) > 1e-12) continue;
+      QString text = QStringLiteral("keep %1 in BF16: %2 MiB, loss %3")
+                         .arg(p.keep)
+                         .arg(p.bytes / kMiB, 0, 'f', 3)
+                         .arg(p.loss, 0, 'g', 6);
+      if (std::isfinite(p.kl)) text += QStringLiteral(", KL %1").arg(p.kl, 0, 'g', 4);
+      if (!p.kept.isEmpty())
+        text += QStringLiteral("\nkept: %1").arg(p.kept.mid(0, 6).join(QStringLiteral(", ")));
+      if (p.kept.size() > 6) text += QStringLiteral(", \u2026");
+      QToolTip::showText(QCursor::pos(), text, m_view);
+      return;
+    }
+  };
+  connect(points, &QScatterSeries::hovered, this, describe);
+  connect(chosen, &QScatterSeries::hovered, this, describe);
+  m_view->setAccessibleDescription(QStringLiteral("%1 plans from %2 MiB to %3 MiB; BF16 loss %4")
+                                       .arg(points->count())
+                                       .arg(x0, 0, 'f', 2)
+                                       .arg(x1, 0, 'f', 2)
+                                       .arg(file.bf16Loss, 0, 'g', 5));
+  m_empty->hide();
+  m_view->show();
+}
+
+}  // namespace fp4lab::widgets
