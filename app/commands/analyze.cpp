@@ -102,16 +102,7 @@ int runAnalyze(const std::vector<std::string>& rawArgs) {
     throw Error("--output is empty", "--output", "e.g. --output analysis.h5");
   if (force && output.empty())
     throw Error("--force without --output", "--force", "it replaces the --output file");
-  if (!output.empty()) {  // before the work: an existing file or a missing folder fails fast
-    if (files::isDirectory(output))
-      throw Error("output is a folder", output, "give a file name, e.g. analysis.h5");
-    if (files::exists(output) && !force)
-      throw Error("output file exists", output,
-                  "pass --force to replace it, or choose another path (fp4lab analyze)");
-    const std::string parent = files::parentOf(output);
-    if (!parent.empty() && !files::isDirectory(parent))
-      throw Error("output folder does not exist", parent, "create it first");
-  }
+  if (!output.empty()) files::checkOutputFile(output, force, "analysis.h5");
   // Per-block errors are kept only for the file (they take 4 bytes per block and format).
   options.blocks = !output.empty();
 

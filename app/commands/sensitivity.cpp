@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "fp4lab/common/files.h"
+#include "fp4lab/common/system.h"
 #include "fp4lab/error.h"
 #include "fp4lab/run/sensitivity.h"
 #include "progress.h"
@@ -66,18 +67,7 @@ void printHelp() {
 
 void checkOutputPath(const std::string& option, const std::string& path, bool force) {
   if (path.empty()) throw Error("--" + option + " is empty", "--" + option, "give a file name");
-  if (files::isDirectory(path))
-    throw Error("output is a folder", path, "give a file name, e.g. sensitivity.json");
-  if (files::exists(path) && !force)
-    throw Error("output file exists", path,
-                "pass --force to replace it, or choose another path (fp4lab sensitivity)");
-  const std::string parent = files::parentOf(path);
-  if (!parent.empty() && !files::isDirectory(parent))
-    throw Error("output folder does not exist", parent, "create it first");
-}
-
-bool endsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  files::checkOutputFile(path, force, "sensitivity.json");
 }
 
 }  // namespace

@@ -277,14 +277,8 @@ void writeAnalysisFile(const Analysis& a, const std::string& path, bool overwrit
   if (a.entries.size() != a.layers.size() * a.formats.size() ||
       a.outliers.size() != a.layers.size())
     throw Error("inconsistent analysis (entries do not match layers x formats)", path);
-  if (files::isDirectory(path))
-    throw Error("output is a folder", path, "give a file name, e.g. analysis.h5");
-  if (files::exists(path) && !overwrite)
-    throw Error("output file exists", path,
-                "pass --force to replace it, or choose another path (fp4lab analyze)");
+  files::checkOutputFile(path, overwrite, "analysis.h5");
   const std::string parent = files::parentOf(path);
-  if (!parent.empty() && !files::isDirectory(parent))
-    throw Error("output folder does not exist", parent, "create it first");
   const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
   try {
     {

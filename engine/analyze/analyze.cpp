@@ -18,6 +18,7 @@
 #include "fp4lab/error.h"
 #include "fp4lab/export/fused_groups.h"
 #include "fp4lab/common/glob.h"
+#include "fp4lab/common/system.h"
 #include "fp4lab/io/dtype.h"
 #include "fp4lab/io/safetensors.h"
 #include "fp4lab/kernels/formats.h"
@@ -32,10 +33,6 @@ bool matchesAny(const std::vector<std::string>& patterns, const std::string& nam
   for (const std::string& p : patterns)
     if (globMatch(p, name)) return true;  // the recipes' and the exporter's matcher
   return false;
-}
-
-bool endsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // The folder's safetensors files and where each tensor is.
@@ -428,8 +425,7 @@ Analysis analyzeModel(const Options& options, const std::function<void(const Pro
   a.modelDir = dir;
   a.formats = options.formats;
   a.layers = selectFrom(folder, options);
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  a.threads = options.threads > 0 ? options.threads : int(hw);
+  a.threads = options.threads > 0 ? options.threads : usableCores();
   const size_t n = a.layers.size();
   a.outliers.resize(n);
   a.entries.resize(n * configs.size());

@@ -222,4 +222,14 @@ void publishFolder(const std::string& staging, const std::string& target) {
   files::syncFolder(files::parentOf(target));
 }
 
+void checkOutputFile(const std::string& path, bool overwrite, const std::string& example) {
+  if (isDirectory(path))
+    throw Error("output is a folder", path, "give a file name, e.g. " + example);
+  if (exists(path) && !overwrite)
+    throw Error("output file exists", path, "pass --force to replace it, or choose another path");
+  const std::string parent = parentOf(path);
+  if (!parent.empty() && !isDirectory(parent))
+    throw Error("output folder does not exist", parent, "create it first");
+}
+
 }  // namespace fp4lab::files

@@ -17,6 +17,7 @@
 
 #include "fp4lab/common/files.h"
 #include "fp4lab/common/glob.h"
+#include "fp4lab/common/system.h"
 #include "fp4lab/error.h"
 #include "fp4lab/export/fused_groups.h"
 #include "fp4lab/io/safetensors.h"
@@ -208,9 +209,6 @@ bool matchesAny(const std::vector<std::string>& patterns, const std::string& nam
 
 std::string moduleOf(const std::string& tensor) {
   return tensor.substr(0, tensor.size() - std::string(".weight").size());
-}
-bool endsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 struct Layer {

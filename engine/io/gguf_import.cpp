@@ -12,6 +12,7 @@
 #include <set>
 
 #include "fp4lab/common/files.h"
+#include "fp4lab/common/system.h"
 #include "fp4lab/error.h"
 #include "fp4lab/io/dtype.h"
 #include "fp4lab/io/gguf.h"
@@ -234,11 +235,6 @@ Hparams readHparams(const File& file) {
                 file.path(), "supported: none, linear");
   }
   return h;
-}
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 struct Planned {

@@ -18,13 +18,13 @@
 #include <thread>
 
 #include "fp4lab/common/files.h"
+#include "fp4lab/common/system.h"
 #include "fp4lab/common/time.h"
 #include "fp4lab/data/builtin_tasks.h"
 #include "fp4lab/error.h"
 #include "fp4lab/kernels/fp4.h"
 #include "fp4lab/log/run_log.h"
 #include "fp4lab/run/run_folder.h"
-#include "fp4lab/common/files.h"
 #include "quant/quantize_model.h"
 #include "run/model_source.h"
 #include "run/task_eval.h"
@@ -34,14 +34,6 @@
 
 namespace fp4lab::run {
 namespace {
-
-// The cores this process may run on (taskset, cgroup cpusets), not every core of the machine:
-// more LibTorch threads than cores spin against each other.
-int usableCores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return int(std::max(1u, std::thread::hardware_concurrency()));
-}
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;

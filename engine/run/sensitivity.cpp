@@ -3,6 +3,7 @@
 // (quant.include / quant.exclude), with the calibrated amaxes, and scores the model with the
 // trainer's evaluation pass. Calibration passes the activations through unquantized, so a layer
 // set's amaxes are the ones its own PTQ run would calibrate.
+#include "fp4lab/common/system.h"
 #include "fp4lab/run/sensitivity.h"
 
 #include <sched.h>
@@ -25,12 +26,6 @@
 
 namespace fp4lab::run {
 namespace {
-
-int usableCores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return int(std::max(1u, std::thread::hardware_concurrency()));
-}
 
 // The keys the command's own options set.
 bool ownKey(const std::string& key) {

@@ -55,6 +55,12 @@ class AtomicFile {
   bool m_committed = false;
 };
 
+// Before a command writes the file `path`: throws Error for a folder there, for an existing file
+// unless `overwrite` (--force), and for a missing parent folder, each with what to do. `example`
+// is a file name to suggest ("analysis.h5"). Commands call it before their work, so a bad path
+// fails at once rather than after minutes of measuring.
+void checkOutputFile(const std::string& path, bool overwrite, const std::string& example);
+
 // AtomicFile with one write.
 void writeFileAtomically(const std::string& path, const std::string& content);
 // fsync of a folder, so renames inside it are durable; best effort (some filesystems refuse).
