@@ -32,7 +32,8 @@ import sys
 import tempfile
 import time
 
-BIN = os.environ["FP4LAB_BIN"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_util import BIN, fail, run  # noqa: E402
 RTOL = 1e-4
 QUANT_RTOL = 1e-1
 COMMON = ["model.path=builtin:tiny", "data.train=builtin:sft", "data.seq_len=64",
@@ -41,17 +42,6 @@ COMMON = ["model.path=builtin:tiny", "data.train=builtin:sft", "data.seq_len=64"
           "model.compute_dtype=fp32", "quant.calib_batches=2"]
 
 
-def fail(message):
-    print("FAIL: " + message, file=sys.stderr)
-    sys.exit(1)
-
-
-def run(args, expect=0, env=None, timeout=300):
-    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, **(env or {})))
-    if expect is not None and p.returncode != expect:
-        fail(f"{' '.join(args)} exited {p.returncode}, expected {expect}:\n{p.stderr[-3000:]}")
-    return p
 
 
 def train(out, extra, nproc=1, env=None, expect=0):

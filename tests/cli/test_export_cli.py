@@ -38,7 +38,8 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
-BIN = os.environ["FP4LAB_BIN"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_util import BIN, fail, run  # noqa: E402
 COMMON = ["model.path=builtin:tiny", "data.train=builtin:sft", "data.seq_len=64",
           "train.batch_size=4", "train.eval_every=8", "train.eval_batches=1",
           "data.validation_max=8", "train.threads=1", "optim.lr=1e-3", "quant.calib_batches=1",
@@ -57,16 +58,6 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.",
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
 
 
-def fail(message):
-    print("FAIL: " + message, file=sys.stderr)
-    sys.exit(1)
-
-
-def run(args, expect=0):
-    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=600)
-    if p.returncode != expect:
-        fail(f"{' '.join(args)} exited {p.returncode}, expected {expect}:\n{p.stderr[-3000:]}")
-    return p
 
 
 def tensors(folder):

@@ -36,7 +36,8 @@ except ImportError as e:  # not the project's venv
     print(f"SKIP: {e}")
     sys.exit(77)
 
-BIN = os.environ["FP4LAB_BIN"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_util import BIN, fail, run  # noqa: E402
 Q = gguf.GGMLQuantizationType
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS = 256, 4, 2, 512, 2  # K-quant rows need 256
 HEAD_DIM = HIDDEN // HEADS
@@ -52,16 +53,6 @@ SAMPLES = ["Hello world", " leading space and  double", "Grüße, 東京 😀 ca
            "<|endoftext|>tail"]
 
 
-def fail(message):
-    print("FAIL: " + message, file=sys.stderr)
-    sys.exit(1)
-
-
-def run(args, expect=0):
-    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=600)
-    if p.returncode != expect:
-        fail(f"{' '.join(args)} exited {p.returncode}, expected {expect}:\n{p.stdout}{p.stderr}")
-    return p
 
 
 def train_vocab():

@@ -12,7 +12,8 @@ import subprocess
 import sys
 import tempfile
 
-BIN = os.environ["FP4LAB_BIN"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_util import BIN, fail, run  # noqa: E402
 STEPS = 24
 COMMON = ["model.path=builtin:tiny", "data.train=builtin:sft", "data.seq_len=64",
           "train.batch_size=4", "train.eval_every=8", "train.eval_batches=1",
@@ -27,16 +28,6 @@ RECIPES = {
 }
 
 
-def fail(message):
-    print("FAIL: " + message, file=sys.stderr)
-    sys.exit(1)
-
-
-def run(args, expect=0):
-    p = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=600)
-    if p.returncode != expect:
-        fail(f"{' '.join(args)} exited {p.returncode}, expected {expect}:\n{p.stderr[-2000:]}")
-    return p
 
 
 def table(run_dir, which):
