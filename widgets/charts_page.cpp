@@ -60,10 +60,17 @@ ChartsPage::ChartsPage(QWidget* parent)
   bar->addWidget(smoothLabel);
   bar->addWidget(m_smoothing);
   bar->addWidget(m_smoothingValue);
-  bar->addSpacing(12);
-  bar->addWidget(avgLabel);
-  bar->addWidget(m_average);
-  bar->addStretch(1);
+  // The moving average as one piece that moves to a second row when the page is too narrow for
+  // one (a small window: its label would be squeezed under the smoothing value).
+  m_averageGroup = new QWidget;
+  auto* average = new QHBoxLayout(m_averageGroup);
+  average->setContentsMargins(12, 0, 0, 0);
+  average->addWidget(avgLabel);
+  average->addWidget(m_average);
+  m_bar = bar;
+  m_bar->addWidget(m_averageGroup);
+  m_bar->addStretch(1);
+  m_bar2 = new QHBoxLayout;
 
   auto* gridHost = new QWidget;
   m_grid = new QGridLayout(gridHost);
@@ -81,6 +88,7 @@ ChartsPage::ChartsPage(QWidget* parent)
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addLayout(bar);
+  layout->addLayout(m_bar2);
   layout->addWidget(scroll, 1);
 
   addPanel("eval/val_loss", QStringLiteral("Validation loss"), true);
@@ -96,6 +104,26 @@ ChartsPage::ChartsPage(QWidget* parent)
   connect(m_smoothing, &QSlider::valueChanged, this, &ChartsPage::applySettings);
   connect(m_average, &QSpinBox::valueChanged, this, &ChartsPage::applySettings);
   applySettings();
+}
+
+void ChartsPage::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  const bool inFirst = m_bar->indexOf(m_averageGroup) >= 0;
+  // The first row's width with the group in it (its own hint, else the two added).
+  const int wide = inFirst ? m_bar->sizeHint().width()
+                           : m_bar->sizeHint().width() + m_averageGroup->sizeHint().width();
+  const bool fits = wide + 8 <= width();
+  if (fits == inFirst) return;
+  if (fits) {
+    m_bar2->removeWidget(m_averageGroup);
+    m_bar->insertWidget(m_bar->count() - 1, m_averageGroup);  // before the stretch
+  } else {
+    m_bar->removeWidget(m_averageGroup);
+    m_bar2->addWidget(m_averageGroup);
+    m_bar2->addStretch(1);
+  }
+  if (fits)
+    while (QLayoutItem* item = m_bar2->takeAt(0)) delete item;  // the stretch
 }
 
 CurvePanel* ChartsPage::addPanel(const std::string& series, const QString& title, bool logAllowed) {

@@ -16,6 +16,7 @@
 class QCheckBox;
 class QComboBox;
 class QGridLayout;
+class QHBoxLayout;
 class QSlider;
 class QSpinBox;
 class QLabel;
@@ -40,6 +41,9 @@ class ChartsPage : public QWidget {
   void runSelected(const std::string& id);
   void settingsChanged();
 
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
  private:
   CurvePanel* addPanel(const std::string& series, const QString& title, bool logAllowed);
   void applySettings();
@@ -51,6 +55,9 @@ class ChartsPage : public QWidget {
   QLabel* m_smoothingValue = nullptr;
   QSpinBox* m_average = nullptr;
   QGridLayout* m_grid = nullptr;
+  QHBoxLayout* m_bar = nullptr;   // the settings row
+  QHBoxLayout* m_bar2 = nullptr;  // a second row, used when the page is narrow
+  QWidget* m_averageGroup = nullptr;
   std::shared_ptr<CurveWorker> m_worker;  // one thread buckets for every panel
   std::vector<CurvePanel*> m_panels;
   std::set<std::string> m_linearOnly;
