@@ -3,6 +3,7 @@
 #include "model/causal_lm.h"
 
 #include <algorithm>
+#include <map>
 
 #include "fp4lab/error.h"
 
@@ -57,20 +58,16 @@ DecoderModelImpl::DecoderModelImpl(const ModelConfig& config, const torch::Tenso
     layers->push_back(layer);
     layerList.push_back(layer);
   }
-  norm = register_module("norm", RMSNorm(config.hiddenSize, config.rmsNormEps, options));
+  norm = register_module("norm",
+                         RMSNorm(config.hiddenSize, config.rmsNormEps, options, config.isGptOss()));
 }
 
-torch::Tensor DecoderModelImpl::forward(const torch::Tensor& inputIds, KVCache* cache) {
-  const int64_t length = inputIds.size(1);
-  const int64_t past = cache ? cache->length() : 0;
-  const int64_t total = past + length;
-  torch::Tensor hidden = embedTokens(inputIds);
+namespace {
 
+// The attention context of one forward call for layers with sliding window `window` (0: none).
+AttentionContext makeContext(int64_t past, int64_t length, int64_t window, torch::Device device) {
   AttentionContext context;
-  std::tie(context.cos, context.sin) =
-      m_rotary.cosSin(past, length, hidden.scalar_type(), hidden.device());
-  context.cache = cache;
-  const int64_t window = m_config.slidingWindow;
+  const int64_t total = past + length;
   const bool windowed = window > 0 && total > window;
   if (!windowed && past == 0) {
     context.causal = true;  // SDPA's own causal path (flash kernels) for full sequences
@@ -79,7 +76,7 @@ torch::Tensor DecoderModelImpl::forward(const torch::Tensor& inputIds, KVCache* 
   } else {
     // SDPA's is_causal aligns the triangle top-left, which is wrong once a cache prefix makes
     // keys outnumber queries, and it knows no window: spell the mask out.
-    const auto positionOptions = torch::TensorOptions(torch::kLong).device(hidden.device());
+    const auto positionOptions = torch::TensorOptions(torch::kLong).device(device);
     const torch::Tensor queryPositions = torch::arange(past, total, positionOptions).unsqueeze(1);
     const torch::Tensor keyPositions = torch::arange(total, positionOptions).unsqueeze(0);
     torch::Tensor mask = keyPositions <= queryPositions;
@@ -87,7 +84,31 @@ torch::Tensor DecoderModelImpl::forward(const torch::Tensor& inputIds, KVCache* 
     context.mask = mask;
     context.causal = false;
   }
-  for (auto& layer : layerList) hidden = layer(hidden, context);
+  return context;
+}
+
+}  // namespace
+
+torch::Tensor DecoderModelImpl::forward(const torch::Tensor& inputIds, KVCache* cache) {
+  const int64_t length = inputIds.size(1);
+  const int64_t past = cache ? cache->length() : 0;
+  torch::Tensor hidden = embedTokens(inputIds);
+
+  const auto [cos, sin] = m_rotary.cosSin(past, length, hidden.scalar_type(), hidden.device());
+  // One context per window size in use (gpt-oss alternates sliding and full layers).
+  std::map<int64_t, AttentionContext> contexts;
+  for (size_t i = 0; i < layerList.size(); ++i) {
+    const int64_t window = m_config.windowOf(static_cast<int64_t>(i));
+    auto found = contexts.find(window);
+    if (found == contexts.end()) {
+      AttentionContext context = makeContext(past, length, window, hidden.device());
+      context.cos = cos;
+      context.sin = sin;
+      context.cache = cache;
+      found = contexts.emplace(window, std::move(context)).first;
+    }
+    hidden = layerList[i](hidden, found->second);
+  }
   return norm(hidden);
 }
 
@@ -164,6 +185,10 @@ std::vector<std::pair<std::string, QuantLinear>> CausalLMImpl::quantLinears() {
   for (const auto& item : named_modules("", /*include_self=*/false)) {
     if (auto linear = std::dynamic_pointer_cast<QuantLinearImpl>(item.value())) {
       result.emplace_back(item.key(), QuantLinear(linear));
+    } else if (auto experts = std::dynamic_pointer_cast<GptOssExpertsImpl>(item.value())) {
+      // gpt-oss's experts: one quantized layer per weight tensor, named like the tensor.
+      result.emplace_back(item.key() + ".gate_up_proj", experts->gateUpLinear());
+      result.emplace_back(item.key() + ".down_proj", experts->downLinear());
     }
   }
   if (m_config.tieWordEmbeddings) result.emplace_back("lm_head", lmHead);

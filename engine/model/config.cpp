@@ -3,6 +3,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 
@@ -27,6 +28,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {Architecture::Qwen3, "Qwen3ForCausalLM", "qwen3"},
     {Architecture::Mistral, "MistralForCausalLM", "mistral"},
     {Architecture::Mixtral, "MixtralForCausalLM", "mixtral"},
+    {Architecture::GptOss, "GptOssForCausalLM", "gpt_oss"},
 };
 
 const ArchitectureInfo& infoOf(Architecture architecture) {
@@ -143,7 +145,10 @@ const std::set<std::string>& knownKeys() {
                                              "eos_token_id",
                                              "torch_dtype",
                                              "dtype",
-                                             "hidden_act"};
+                                             "hidden_act",
+                                             "layer_types",
+                                             "swiglu_limit",
+                                             "swiglu_alpha"};
   return keys;
 }
 
@@ -166,15 +171,45 @@ RopeScaling parseRopeScaling(const Json& json, const std::string& where) {
     if (scaling.highFreqFactor <= scaling.lowFreqFactor) {
       throw Error("rope_scaling: high_freq_factor must exceed low_freq_factor", where);
     }
+  } else if (type == "yarn") {
+    scaling.type = RopeScaling::Type::Yarn;
+    scaling.originalMaxPositionEmbeddings = reader.requiredInt("original_max_position_embeddings");
+    if (scaling.originalMaxPositionEmbeddings <= 0) {
+      throw Error("rope_scaling.original_max_position_embeddings must be positive", where);
+    }
+    // HF _compute_yarn_parameters: `or` defaults, so 0 means the default too.
+    scaling.betaFast = reader.optionalDouble("beta_fast", 0);
+    if (scaling.betaFast == 0) scaling.betaFast = 32;
+    scaling.betaSlow = reader.optionalDouble("beta_slow", 0);
+    if (scaling.betaSlow == 0) scaling.betaSlow = 1;
+    scaling.truncate = reader.optionalBool("truncate", true);
   } else {
     throw Error("unsupported rope_scaling type '" + type + "'", where,
-                "supported: default, linear, llama3");
+                "supported: default, linear, llama3, yarn");
   }
   if (!reader.has("factor")) {
     throw Error("missing required field 'rope_scaling.factor'", where);
   }
   scaling.factor = reader.optionalDouble("factor", 1.0);
   if (scaling.factor <= 0) throw Error("rope_scaling.factor must be positive", where);
+  if (scaling.type == RopeScaling::Type::Yarn) {
+    // HF: attention_factor, else from mscale / mscale_all_dim, else 0.1 ln(factor) + 1.
+    const auto mscaleOf = [](double scale, double mscale) {
+      return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+    };
+    const double mscale = reader.optionalDouble("mscale", 0);
+    const double mscaleAllDim = reader.optionalDouble("mscale_all_dim", 0);
+    if (reader.has("attention_factor")) {
+      scaling.attentionFactor = reader.optionalDouble("attention_factor", 1.0);
+    } else if (mscale != 0 && mscaleAllDim != 0) {
+      scaling.attentionFactor =
+          mscaleOf(scaling.factor, mscale) / mscaleOf(scaling.factor, mscaleAllDim);
+    } else {
+      scaling.attentionFactor = mscaleOf(scaling.factor, 1.0);
+    }
+    // The fields fp4lab does not model go back out as they came (toJson).
+    scaling.source = json;
+  }
   return scaling;
 }
 
@@ -190,6 +225,18 @@ Json ropeScalingJson(const RopeScaling& scaling) {
               {"low_freq_factor", scaling.lowFreqFactor},
               {"high_freq_factor", scaling.highFreqFactor},
               {"original_max_position_embeddings", scaling.originalMaxPositionEmbeddings}};
+    case RopeScaling::Type::Yarn: {
+      Json json = scaling.source.is_object() ? scaling.source : Json::object();
+      json.erase("type");
+      json.erase("rope_theta");
+      json["rope_type"] = "yarn";
+      json["factor"] = scaling.factor;
+      json["beta_fast"] = scaling.betaFast;
+      json["beta_slow"] = scaling.betaSlow;
+      json["truncate"] = scaling.truncate;
+      json["original_max_position_embeddings"] = scaling.originalMaxPositionEmbeddings;
+      return json;
+    }
   }
   return nullptr;
 }
@@ -264,7 +311,13 @@ void ModelConfig::validate(const std::string& where) const {
   if (!(rmsNormEps > 0)) throw Error("field 'rms_norm_eps' must be positive", where);
   if (!(ropeTheta > 0)) throw Error("field 'rope_theta' must be positive", where);
   if (slidingWindow < 0) throw Error("field 'sliding_window' must not be negative", where);
-  if (isMoe()) {
+  if (!slidingLayers.empty() && static_cast<int64_t>(slidingLayers.size()) != numHiddenLayers) {
+    throw Error("field 'layer_types' lists " + std::to_string(slidingLayers.size()) +
+                    " layers, the model has " + std::to_string(numHiddenLayers),
+                where);
+  }
+  if (isGptOss() && !(swigluLimit > 0)) throw Error("field 'swiglu_limit' must be positive", where);
+  if (isMoe() || isGptOss()) {
     positive(numLocalExperts, "num_local_experts");
     positive(numExpertsPerTok, "num_experts_per_tok");
     if (numExpertsPerTok > numLocalExperts) {
@@ -298,6 +351,7 @@ ModelConfig parseModelConfig(const Json& json, const std::string& where) {
   config.architecture = known->architecture;
   const Architecture arch = config.architecture;
   const bool mistralFamily = arch == Architecture::Mistral || arch == Architecture::Mixtral;
+  const bool gptOss = arch == Architecture::GptOss;
 
   const std::string activation = reader.optionalString("hidden_act", "silu");
   if (activation != "silu") {
@@ -314,14 +368,27 @@ ModelConfig parseModelConfig(const Json& json, const std::string& where) {
   }
   config.numKeyValueHeads = reader.optionalInt("num_key_value_heads", config.numAttentionHeads);
   // Qwen3Config's head_dim defaults to 128, the others' to hidden_size / num_attention_heads.
-  const int64_t defaultHeadDim =
-      arch == Architecture::Qwen3 ? 128 : config.hiddenSize / config.numAttentionHeads;
+  // GptOssConfig's to 64.
+  const int64_t defaultHeadDim = arch == Architecture::Qwen3 ? 128
+                                 : gptOss                    ? 64
+                                          : config.hiddenSize / config.numAttentionHeads;
   config.headDim = reader.optionalInt("head_dim", defaultHeadDim);
 
   config.rmsNormEps =
-      reader.optionalDouble("rms_norm_eps", arch == Architecture::Mixtral ? 1e-5 : 1e-6);
-  config.ropeTheta = reader.optionalDouble("rope_theta", arch == Architecture::Mixtral ? 1e6 : 1e4);
-  if (reader.has("rope_parameters")) {
+      reader.optionalDouble("rms_norm_eps", arch == Architecture::Mixtral || gptOss ? 1e-5 : 1e-6);
+  config.ropeTheta = reader.optionalDouble("rope_theta", arch == Architecture::Mixtral ? 1e6
+                                                         : gptOss                      ? 1.5e5
+                                                                                       : 1e4);
+  if (gptOss && !reader.has("rope_parameters") && !reader.has("rope_scaling")) {
+    // GptOssConfig's default: YaRN, 32x the original 4096 positions.
+    config.ropeScaling = parseRopeScaling({{"rope_type", "yarn"},
+                                           {"factor", 32.0},
+                                           {"beta_fast", 32.0},
+                                           {"beta_slow", 1.0},
+                                           {"truncate", false},
+                                           {"original_max_position_embeddings", 4096}},
+                                          where);
+  } else if (reader.has("rope_parameters")) {
     // transformers >= 5 keeps theta and the scaling kind together in rope_parameters.
     const Json& parameters = json.at("rope_parameters");
     config.ropeScaling = parseRopeScaling(parameters, where);
@@ -332,11 +399,12 @@ ModelConfig parseModelConfig(const Json& json, const std::string& where) {
 
   const int64_t defaultMaxPositions = arch == Architecture::Llama ? 2048
                                       : mistralFamily             ? 4096 * 32
+                                      : gptOss                    ? 131072
                                                                   : 32768;
   config.maxPositionEmbeddings = reader.optionalInt("max_position_embeddings", defaultMaxPositions);
   config.tieWordEmbeddings = reader.optionalBool("tie_word_embeddings", false);
   // HF's Mistral and Mixtral hard-code bias=False whatever the config says.
-  config.attentionBias = !mistralFamily && reader.optionalBool("attention_bias", false);
+  config.attentionBias = !mistralFamily && reader.optionalBool("attention_bias", gptOss);
   config.mlpBias = arch == Architecture::Llama && reader.optionalBool("mlp_bias", false);
 
   if (mistralFamily) {
@@ -346,6 +414,29 @@ ModelConfig parseModelConfig(const Json& json, const std::string& where) {
     } else {
       config.slidingWindow = reader.optionalInt("sliding_window", 0);
     }
+  } else if (gptOss) {
+    // GptOssConfig: sliding_window 128, layer_types alternating sliding/full from layer 0.
+    config.slidingWindow =
+        json.contains("sliding_window") ? reader.optionalInt("sliding_window", 0) : 128;
+    if (reader.has("layer_types")) {
+      const Json& types = json.at("layer_types");
+      if (!types.is_array()) reader.typeError("layer_types", "a list of layer types");
+      for (const Json& type : types) {
+        const std::string name = type.is_string() ? type.get<std::string>() : type.dump();
+        if (name != "sliding_attention" && name != "full_attention") {
+          throw Error("field 'layer_types' has '" + name + "'", where,
+                      "each layer is \"sliding_attention\" or \"full_attention\"");
+        }
+        config.slidingLayers.push_back(name == "sliding_attention");
+      }
+    } else {
+      for (int64_t i = 0; i < config.numHiddenLayers; ++i)
+        config.slidingLayers.push_back(i % 2 == 0);
+    }
+    // Without a window every layer attends fully (HF's mask for sliding_window None).
+    if (config.slidingWindow == 0) config.slidingLayers.assign(config.slidingLayers.size(), false);
+    config.swigluLimit = reader.optionalDouble("swiglu_limit", 7.0);
+    config.swigluAlpha = reader.optionalDouble("swiglu_alpha", 1.702);
   } else if ((arch == Architecture::Qwen2 || arch == Architecture::Qwen3) &&
              reader.optionalBool("use_sliding_window", false)) {
     throw Error("use_sliding_window=true is not supported", where,
@@ -355,6 +446,9 @@ ModelConfig parseModelConfig(const Json& json, const std::string& where) {
   if (config.isMoe()) {
     config.numLocalExperts = reader.requiredInt("num_local_experts");
     config.numExpertsPerTok = reader.requiredInt("num_experts_per_tok");
+  } else if (gptOss) {
+    config.numLocalExperts = reader.optionalInt("num_local_experts", 128);
+    config.numExpertsPerTok = reader.optionalInt("num_experts_per_tok", 4);
   }
   config.initializerRange = reader.optionalDouble("initializer_range", 0.02);
 
@@ -367,7 +461,7 @@ ModelConfig parseModelConfig(const Json& json, const std::string& where) {
     if (!knownKeys().count(key)) config.extra[key] = value;
   }
   // Qwen's sliding_window is inert (use_sliding_window is false) but part of its config; keep it.
-  if (!mistralFamily && json.contains("sliding_window")) {
+  if (!mistralFamily && !gptOss && json.contains("sliding_window")) {
     config.extra["sliding_window"] = json.at("sliding_window");
   }
   config.validate(where);
@@ -400,8 +494,15 @@ Json toJson(const ModelConfig& config) {
   json["num_key_value_heads"] = config.numKeyValueHeads;
   json["head_dim"] = config.headDim;
   json["rms_norm_eps"] = config.rmsNormEps;
+  // The classic keys (rope_theta, rope_scaling, torch_dtype) for transformers 4 and the tools
+  // that read them, and transformers 5's (rope_parameters, dtype), the same values, so that
+  // either loads the folder as it is, without converting or warning.
   json["rope_theta"] = config.ropeTheta;
   json["rope_scaling"] = ropeScalingJson(config.ropeScaling);
+  Json ropeParameters =
+      json["rope_scaling"].is_object() ? json["rope_scaling"] : Json{{"rope_type", "default"}};
+  ropeParameters["rope_theta"] = config.ropeTheta;
+  json["rope_parameters"] = ropeParameters;
   json["max_position_embeddings"] = config.maxPositionEmbeddings;
   json["tie_word_embeddings"] = config.tieWordEmbeddings;
   json["initializer_range"] = config.initializerRange;
@@ -421,14 +522,28 @@ Json toJson(const ModelConfig& config) {
     case Architecture::Mixtral:
       json["sliding_window"] = config.slidingWindow > 0 ? Json(config.slidingWindow) : Json();
       break;
+    case Architecture::GptOss: {
+      json["attention_bias"] = config.attentionBias;
+      json["sliding_window"] = config.slidingWindow > 0 ? Json(config.slidingWindow) : Json();
+      Json types = Json::array();
+      for (bool sliding : config.slidingLayers)
+        types.push_back(sliding ? "sliding_attention" : "full_attention");
+      json["layer_types"] = types;
+      json["swiglu_limit"] = config.swigluLimit;
+      json["swiglu_alpha"] = config.swigluAlpha;
+      break;
+    }
   }
-  if (config.isMoe()) {
+  if (config.isMoe() || config.isGptOss()) {
     json["num_local_experts"] = config.numLocalExperts;
     json["num_experts_per_tok"] = config.numExpertsPerTok;
   }
   json["bos_token_id"] = config.bosTokenId ? Json(*config.bosTokenId) : Json();
   json["eos_token_id"] = tokenIdsJson(config.eosTokenIds);
-  if (!config.torchDtype.empty()) json["torch_dtype"] = config.torchDtype;
+  if (!config.torchDtype.empty()) {
+    json["torch_dtype"] = config.torchDtype;
+    json["dtype"] = config.torchDtype;
+  }
   return json;
 }
 

@@ -1,5 +1,5 @@
 // ModelConfig: the decoder-only transformer's shape, read from and written to a Hugging Face
-// config.json (Llama, Qwen2, Qwen3, Mistral, Mixtral).
+// config.json (Llama, Qwen2, Qwen3, Mistral, Mixtral, gpt-oss).
 #pragma once
 
 #include <cstdint>
@@ -10,20 +10,27 @@
 
 namespace fp4lab::model {
 
-enum class Architecture { Llama, Qwen2, Qwen3, Mistral, Mixtral };
+enum class Architecture { Llama, Qwen2, Qwen3, Mistral, Mixtral, GptOss };
 
 const char* architectureName(Architecture architecture);  // "LlamaForCausalLM", ...
 const char* modelTypeName(Architecture architecture);     // "llama", "qwen2", ...
 
 // rope_scaling (or, in newer transformers, rope_parameters). Only the kinds whose inv_freq
-// adjustment is static are supported: none, "linear" and "llama3"; others are rejected at parse.
+// adjustment is static are supported: none, "linear", "llama3" and "yarn"; others are rejected at
+// parse.
 struct RopeScaling {
-  enum class Type { None, Linear, Llama3 };
+  enum class Type { None, Linear, Llama3, Yarn };
   Type type = Type::None;
   double factor = 1.0;
   double lowFreqFactor = 1.0;                    // llama3 only
   double highFreqFactor = 4.0;                   // llama3 only
-  int64_t originalMaxPositionEmbeddings = 8192;  // llama3 only
+  int64_t originalMaxPositionEmbeddings = 8192;  // llama3 and yarn
+  double betaFast = 32.0, betaSlow = 1.0;        // yarn: the ramp's rotation bounds
+  bool truncate = true;                          // yarn: round the correction range outwards
+  // yarn: cos and sin are multiplied by this (HF's attention_factor; from factor, mscale and
+  // mscale_all_dim when the config does not set it).
+  double attentionFactor = 1.0;
+  nlohmann::json source;  // yarn: the object as parsed (mscale, attention_factor... kept)
 };
 
 struct ModelConfig {
@@ -44,8 +51,14 @@ struct ModelConfig {
   bool attentionBias = false;
   bool mlpBias = false;         // Llama's mlp_bias
   int64_t slidingWindow = 0;    // Mistral/Mixtral sliding_window; 0 = full attention
-  int64_t numLocalExperts = 0;  // Mixtral only
+  int64_t numLocalExperts = 0;  // Mixtral and gpt-oss
   int64_t numExpertsPerTok = 0;
+  // gpt-oss: which layers attend through the sliding window (layer_types "sliding_attention");
+  // the others see every earlier position. Empty for the other architectures, whose window (if
+  // any) applies to every layer.
+  std::vector<bool> slidingLayers;
+  double swigluLimit = 7.0;    // gpt-oss: the experts' clamp
+  double swigluAlpha = 1.702;  // gpt-oss: the sigmoid gain of its SwiGLU
   double initializerRange = 0.02;
   std::optional<int64_t> bosTokenId;
   std::vector<int64_t> eosTokenIds;  // config.json's eos_token_id (int or list)
@@ -58,7 +71,13 @@ struct ModelConfig {
   nlohmann::json generationConfig;
 
   bool qkNorm() const { return architecture == Architecture::Qwen3; }
-  bool isMoe() const { return architecture == Architecture::Mixtral; }
+  bool isMoe() const { return architecture == Architecture::Mixtral; }  // block_sparse_moe
+  bool isGptOss() const { return architecture == Architecture::GptOss; }
+  // The sliding window of layer `layer` (0: full attention).
+  int64_t windowOf(int64_t layer) const {
+    if (slidingLayers.empty()) return slidingWindow;
+    return slidingLayers.at(static_cast<size_t>(layer)) ? slidingWindow : 0;
+  }
   bool qkvBias() const { return architecture == Architecture::Qwen2 || attentionBias; }
   // Qwen2's o_proj has no bias; Mistral/Mixtral have no biases at all (HF ignores the field).
   bool oProjBias() const { return attentionBias && architecture != Architecture::Qwen2; }

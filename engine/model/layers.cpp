@@ -5,6 +5,8 @@
 #include <ATen/autocast_mode.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include "fp4lab/error.h"
 #include "model/causal_lm.h"
@@ -28,13 +30,18 @@ torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
 
 // ----- RMSNorm -----------------------------------------------------------------------------
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const torch::TensorOptions& options)
-    : eps(eps_) {
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, const torch::TensorOptions& options,
+                         bool weightFirst_)
+    : eps(eps_), weightFirst(weightFirst_) {
   weight = register_parameter("weight", torch::ones({dim}, options));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  return rmsNorm(x, weight, eps);
+  if (!weightFirst) return rmsNorm(x, weight, eps);
+  const torch::ScalarType wide = accumulationType(x.scalar_type());
+  const torch::Tensor h = x.to(wide);
+  const torch::Tensor normalized = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (weight.to(wide) * normalized).to(x.scalar_type());
 }
 
 // ----- Rotary embedding --------------------------------------------------------------------
@@ -71,6 +78,33 @@ torch::Tensor RotaryEmbedding::inverseFrequencies(torch::ScalarType type) const 
       invFreq = torch::where(medium, smoothed, scaled);
       break;
     }
+    case RopeScaling::Type::Yarn: {
+      // HF _compute_yarn_parameters: dimensions that rotate fewer than beta_slow times over the
+      // original context are interpolated (divided by factor), those that rotate more than
+      // beta_fast times are kept, with a linear ramp between.
+      const double dim = static_cast<double>(m_headDim);
+      const double old = static_cast<double>(m_scaling.originalMaxPositionEmbeddings);
+      const auto correctionDim = [&](double rotations) {
+        return dim * std::log(old / (rotations * 2 * M_PI)) / (2 * std::log(m_theta));
+      };
+      double low = correctionDim(m_scaling.betaFast), high = correctionDim(m_scaling.betaSlow);
+      if (m_scaling.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, dim - 1);
+      if (low == high) high += 0.001;  // HF: prevents a division by zero
+      const torch::Tensor positionFrequencies = torch::pow(m_theta, exponents);
+      const torch::Tensor extrapolation = 1.0 / positionFrequencies;
+      const torch::Tensor interpolation = 1.0 / (m_scaling.factor * positionFrequencies);
+      const torch::Tensor ramp =
+          ((torch::arange(m_headDim / 2, torch::TensorOptions(wide)) - low) / (high - low))
+              .clamp(0, 1);
+      const torch::Tensor extrapolationFactor = 1 - ramp;
+      invFreq = interpolation * (1 - extrapolationFactor) + extrapolation * extrapolationFactor;
+      break;
+    }
   }
   return invFreq;
 }
@@ -89,8 +123,13 @@ std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cosSin(int64_t start, i
     const torch::Tensor positions = torch::arange(size, invFreq.options());
     const torch::Tensor freqs = torch::outer(positions, invFreq);
     const torch::Tensor angles = torch::cat({freqs, freqs}, -1);
-    m_cos = angles.cos().to(device, type).contiguous();
-    m_sin = angles.sin().to(device, type).contiguous();
+    torch::Tensor cos = angles.cos(), sin = angles.sin();
+    if (m_scaling.type == RopeScaling::Type::Yarn && m_scaling.attentionFactor != 1.0) {
+      cos = cos * m_scaling.attentionFactor;  // HF: in fp32, before the cast
+      sin = sin * m_scaling.attentionFactor;
+    }
+    m_cos = cos.to(device, type).contiguous();
+    m_sin = sin.to(device, type).contiguous();
   }
   return {m_cos.narrow(0, start, length), m_sin.narrow(0, start, length)};
 }
@@ -117,7 +156,52 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layerIndex,
     qNorm = register_module("q_norm", RMSNorm(m_headDim, config.rmsNormEps, options));
     kNorm = register_module("k_norm", RMSNorm(m_headDim, config.rmsNormEps, options));
   }
+  if (config.isGptOss()) {
+    sinks = register_parameter("sinks", torch::empty({m_numHeads}, options));
+    if (initialize) {
+      torch::NoGradGuard noGrad;
+      sinks.normal_(0.0, config.initializerRange);
+    }
+  }
 }
+
+namespace {
+
+// gpt-oss's attention, as HF's eager_attention_forward computes it: scores, the mask, one more
+// column holding the head's sink logit, the row maximum subtracted, a softmax in the scores'
+// type, the sink column dropped. q [B, H, T, D], k and v [B, KV, S, D]; `mask` bool [T, S]
+// (true: may attend) or, when absent, causal with T == S (`causal`) or everything.
+torch::Tensor sinkAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& sinks, const std::optional<torch::Tensor>& mask,
+                            bool causal) {
+  const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), dim = q.size(3);
+  const int64_t kvHeads = k.size(1), keys = k.size(2), group = heads / kvHeads;
+  const auto repeat = [&](const torch::Tensor& t) {
+    return group == 1 ? t
+                      : t.unsqueeze(2)
+                            .expand({batch, kvHeads, group, keys, dim})
+                            .reshape({batch, heads, keys, dim});
+  };
+  const torch::Tensor keysAll = repeat(k), valuesAll = repeat(v);
+  torch::Tensor scores =
+      torch::matmul(q, keysAll.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(dim)));
+  if (mask && mask->defined()) {
+    scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<double>::infinity());
+  } else if (causal) {
+    const torch::Tensor allowed =
+        torch::ones({length, keys}, torch::TensorOptions(torch::kBool).device(q.device())).tril();
+    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  }
+  const torch::Tensor sinkColumn =
+      sinks.to(scores.scalar_type()).view({1, heads, 1, 1}).expand({batch, heads, length, 1});
+  torch::Tensor combined = torch::cat({scores, sinkColumn}, -1);
+  combined = combined - std::get<0>(combined.max(-1, /*keepdim=*/true));
+  const torch::Tensor probabilities =
+      torch::softmax(combined, -1, combined.scalar_type()).narrow(-1, 0, keys);
+  return torch::matmul(probabilities.to(valuesAll.scalar_type()), valuesAll);
+}
+
+}  // namespace
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionContext& context) {
   const int64_t batch = x.size(0), length = x.size(1);
@@ -145,7 +229,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionCont
   if (context.cache) std::tie(k, v) = context.cache->append(m_layerIndex, k, v);
   // Grouped-query attention shares each key/value head across its query group without
   // materializing repeated copies.
-  const torch::Tensor attended = attention(q, k, v, context.mask, context.causal);
+  const torch::Tensor attended = sinks.defined()
+                                     ? sinkAttention(q, k, v, sinks, context.mask, context.causal)
+                                     : attention(q, k, v, context.mask, context.causal);
   return oProj(attended.transpose(1, 2).reshape({batch, length, m_numHeads * m_headDim}));
 }
 
@@ -188,22 +274,20 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& config, const torch::TensorOptio
   }
 }
 
-torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x) {
-  const auto shape = x.sizes().vec();
-  const torch::Tensor tokens = x.reshape({-1, shape.back()});
-  const int64_t numExperts = static_cast<int64_t>(expertList.size());
+namespace {
 
-  const torch::Tensor routerLogits = gate(tokens);  // [N, E]
-  const torch::Tensor probabilities =
-      torch::softmax(routerLogits, -1, accumulationType(routerLogits.scalar_type()));
-  auto [topWeights, topExperts] = probabilities.topk(m_topK, -1);  // [N, k]
-  topWeights = (topWeights / topWeights.sum(-1, /*keepdim=*/true)).to(x.scalar_type());
-
-  // Group the (token, slot) pairs by expert with one sort, so each expert runs one batched
-  // matmul over its tokens and only the per-expert counts cross to the host (one sync).
+// The weighted sum over each token's chosen experts: tokens [N, H], topExperts and topWeights
+// [N, k]; `expert(e, rows)` maps the rows routed to expert e to its outputs. The (token, slot)
+// pairs are grouped by expert with one sort, so each expert runs one batched matmul over its
+// tokens and only the per-expert counts cross to the host (one sync). Experts are added in
+// ascending order, as Hugging Face's loops do.
+torch::Tensor routeToExperts(
+    const torch::Tensor& tokens, const torch::Tensor& topExperts, const torch::Tensor& topWeights,
+    int64_t numExperts, const std::function<torch::Tensor(int64_t, const torch::Tensor&)>& expert) {
+  const int64_t topK = topExperts.size(1);
   const torch::Tensor flatExperts = topExperts.reshape({-1});
   const torch::Tensor order = torch::argsort(flatExperts, /*stable=*/true);
-  const torch::Tensor tokenOfSlot = torch::floor_divide(order, m_topK);
+  const torch::Tensor tokenOfSlot = torch::floor_divide(order, topK);
   const torch::Tensor weightOfSlot = topWeights.reshape({-1}).index_select(0, order);
   const torch::Tensor counts = torch::bincount(flatExperts, {}, numExperts).cpu();
   const int64_t* countData = counts.data_ptr<int64_t>();
@@ -214,35 +298,137 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x) {
     const int64_t count = countData[e];
     if (count == 0) continue;
     const torch::Tensor rows = tokenOfSlot.narrow(0, offset, count);
-    const torch::Tensor expertOut = expertList[e](tokens.index_select(0, rows)) *
+    const torch::Tensor expertOut = expert(e, tokens.index_select(0, rows)) *
                                     weightOfSlot.narrow(0, offset, count).unsqueeze(1);
-    output.index_add_(0, rows, expertOut);
+    output.index_add_(0, rows, expertOut.to(output.scalar_type()));
     offset += count;
   }
-  return output.view(shape);
+  return output;
+}
+
+}  // namespace
+
+torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x) {
+  const auto shape = x.sizes().vec();
+  const torch::Tensor tokens = x.reshape({-1, shape.back()});
+  const torch::Tensor routerLogits = gate(tokens);  // [N, E]
+  const torch::Tensor probabilities =
+      torch::softmax(routerLogits, -1, accumulationType(routerLogits.scalar_type()));
+  auto [topWeights, topExperts] = probabilities.topk(m_topK, -1);  // [N, k]
+  topWeights = (topWeights / topWeights.sum(-1, /*keepdim=*/true)).to(x.scalar_type());
+  return routeToExperts(tokens, topExperts, topWeights, static_cast<int64_t>(expertList.size()),
+                        [&](int64_t e, const torch::Tensor& rows) { return expertList[e](rows); })
+      .view(shape);
+}
+
+// ----- gpt-oss MLP -------------------------------------------------------------------------
+
+torch::Tensor clampedSwiglu(const torch::Tensor& gateUp, double limit, double alpha) {
+  using torch::indexing::Slice;
+  const torch::Tensor gate =
+      gateUp.index({"...", Slice(0, torch::indexing::None, 2)}).clamp(c10::nullopt, limit);
+  const torch::Tensor up =
+      gateUp.index({"...", Slice(1, torch::indexing::None, 2)}).clamp(-limit, limit);
+  return (up + 1) * (gate * torch::sigmoid(gate * alpha));
+}
+
+GptOssExpertsImpl::GptOssExpertsImpl(const ModelConfig& config, const torch::TensorOptions& options)
+    : m_limit(config.swigluLimit), m_alpha(config.swigluAlpha) {
+  const int64_t experts = config.numLocalExperts, hidden = config.hiddenSize,
+                inner = config.intermediateSize;
+  gateUpProj =
+      register_parameter("gate_up_proj", torch::empty({experts, hidden, 2 * inner}, options));
+  gateUpProjBias =
+      register_parameter("gate_up_proj_bias", torch::empty({experts, 2 * inner}, options));
+  downProj = register_parameter("down_proj", torch::empty({experts, inner, hidden}, options));
+  downProjBias = register_parameter("down_proj_bias", torch::empty({experts, hidden}, options));
+  m_gateUp = QuantLinear(gateUpProj.transpose(1, 2));
+  m_down = QuantLinear(downProj.transpose(1, 2));
+}
+
+QuantLinear& GptOssExpertsImpl::gateUpLinear() {
+  m_gateUp->weight = gateUpProj.transpose(1, 2);  // [E, 2I, H]
+  m_gateUp->bias = gateUpProjBias;
+  return m_gateUp;
+}
+
+QuantLinear& GptOssExpertsImpl::downLinear() {
+  m_down->weight = downProj.transpose(1, 2);  // [E, H, I]
+  m_down->bias = downProjBias;
+  return m_down;
+}
+
+torch::Tensor GptOssExpertsImpl::forward(const torch::Tensor& tokens,
+                                         const torch::Tensor& topExperts,
+                                         const torch::Tensor& topWeights) {
+  QuantLinear& gateUp = gateUpLinear();
+  QuantLinear& down = downLinear();
+  // Each quantizer sees its whole tensor once per call (one tensor amax, as exported); the input
+  // quantizer of gate_up sees every token, that of down each expert's activations.
+  const torch::Tensor gateUpWeight = gateUp->effectiveWeight();
+  const torch::Tensor downWeight = down->effectiveWeight();
+  const torch::Tensor input =
+      gateUp->inputQuantizer ? gateUp->inputQuantizer->apply(tokens) : tokens;
+  return routeToExperts(
+      input, topExperts, topWeights, gateUpProj.size(0), [&](int64_t e, const torch::Tensor& rows) {
+        torch::Tensor h = clampedSwiglu(torch::linear(rows, gateUpWeight[e], gateUpProjBias[e]),
+                                        m_limit, m_alpha);
+        if (down->inputQuantizer) h = down->inputQuantizer->apply(h);
+        return torch::linear(h, downWeight[e], downProjBias[e]);
+      });
+}
+
+GptOssMlpImpl::GptOssMlpImpl(const ModelConfig& config, const torch::TensorOptions& options,
+                             bool initialize)
+    : m_topK(config.numExpertsPerTok) {
+  router = register_module(
+      "router", QuantLinear(config.hiddenSize, config.numLocalExperts, true, options, initialize));
+  experts = register_module("experts", GptOssExperts(config, options));
+  if (initialize) {
+    // HF GptOssPreTrainedModel._init_weights (the CausalLM redraws router and experts' weights).
+    torch::NoGradGuard noGrad;
+    const double std = config.initializerRange;
+    experts->gateUpProj.normal_(0.0, std);
+    experts->downProj.normal_(0.0, std);
+    experts->gateUpProjBias.zero_();
+    experts->downProjBias.zero_();
+  }
+}
+
+torch::Tensor GptOssMlpImpl::forward(const torch::Tensor& x) {
+  const auto shape = x.sizes().vec();
+  const torch::Tensor tokens = x.reshape({-1, shape.back()});
+  // HF GptOssTopKRouter: the top k logits, a softmax over them in their own type.
+  auto [topLogits, topExperts] = router(tokens).topk(m_topK, -1);
+  const torch::Tensor topWeights = torch::softmax(topLogits, -1, topLogits.scalar_type());
+  return experts(tokens, topExperts, topWeights).view(shape);
 }
 
 // ----- Decoder layer -----------------------------------------------------------------------
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, int64_t layerIndex,
                                    const torch::TensorOptions& options, bool initialize) {
-  inputLayernorm =
-      register_module("input_layernorm", RMSNorm(config.hiddenSize, config.rmsNormEps, options));
+  const bool weightFirst = config.isGptOss();
+  inputLayernorm = register_module(
+      "input_layernorm", RMSNorm(config.hiddenSize, config.rmsNormEps, options, weightFirst));
   selfAttn = register_module("self_attn", Attention(config, layerIndex, options, initialize));
   if (config.isMoe()) {
     moe = register_module("block_sparse_moe", SparseMoe(config, options, initialize));
+  } else if (config.isGptOss()) {
+    gptOssMlp = register_module("mlp", GptOssMlp(config, options, initialize));
   } else {
     mlp = register_module("mlp", Mlp(config.hiddenSize, config.intermediateSize, config.mlpBias,
                                      options, initialize));
   }
-  postAttentionLayernorm = register_module("post_attention_layernorm",
-                                           RMSNorm(config.hiddenSize, config.rmsNormEps, options));
+  postAttentionLayernorm =
+      register_module("post_attention_layernorm",
+                      RMSNorm(config.hiddenSize, config.rmsNormEps, options, weightFirst));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionContext& context) {
   const torch::Tensor h = x + selfAttn(inputLayernorm(x), context);
   const torch::Tensor normed = postAttentionLayernorm(h);
-  return h + (moe ? moe(normed) : mlp(normed));
+  return h + (moe ? moe(normed) : gptOssMlp ? gptOssMlp(normed) : mlp(normed));
 }
 
 }  // namespace fp4lab::model

@@ -1,5 +1,6 @@
 // The building blocks of the decoder: embedding, RMSNorm, rotary embedding, grouped-query
-// attention, SwiGLU MLP, Mixtral's sparse MoE block and the decoder layer, with Hugging Face's
+// attention (with gpt-oss's sinks), SwiGLU MLP, Mixtral's sparse MoE block, gpt-oss's experts and
+// the decoder layer, with Hugging Face's
 // parameter names (register_module/register_parameter names are the checkpoint's).
 #pragma once
 
@@ -29,18 +30,22 @@ class EmbeddingImpl : public torch::nn::Module {
 TORCH_MODULE(Embedding);
 
 // HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) in accumulationType, cast back to x's dtype, then
-// times weight (the cast before the multiply matters for BF16 parity).
+// times weight (the cast before the multiply matters for BF16 parity). gpt-oss (`weightFirst`)
+// multiplies by the weight in accumulationType and casts the product, as GptOssRMSNorm does.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& options);
+  RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& options,
+              bool weightFirst = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;  // [dim], initialized to ones
   double eps;
+  bool weightFirst;
 };
 TORCH_MODULE(RMSNorm);
 
 // Rotary position embedding (HF's rotate_half convention: the head's two halves are the pairs),
-// with the static inv_freq adjustments of rope_scaling "linear" and "llama3". Not a module: the
+// with the static inv_freq adjustments of rope_scaling "linear", "llama3" and "yarn" (whose
+// attention factor scales cos and sin). Not a module: the
 // cos/sin table is a cache, not state, and must not show up in named_buffers() or checkpoints.
 class RotaryEmbedding {
  public:
@@ -75,6 +80,9 @@ class AttentionImpl : public torch::nn::Module {
 
   QuantLinear qProj{nullptr}, kProj{nullptr}, vProj{nullptr}, oProj{nullptr};
   RMSNorm qNorm{nullptr}, kNorm{nullptr};  // Qwen3 only (null otherwise)
+  // gpt-oss: one learned logit per head that joins every softmax and takes its share of the
+  // probability without contributing a value ("attention sinks"); undefined otherwise.
+  torch::Tensor sinks;
 
  private:
   int64_t m_layerIndex, m_numHeads, m_numKeyValueHeads, m_headDim;
@@ -110,6 +118,49 @@ class SparseMoeImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SparseMoe);
 
+// gpt-oss's experts: every expert's weights in one tensor each, in Hugging Face's layout
+// (gate_up_proj [E, hidden, 2I] with gate and up interleaved column by column, down_proj
+// [E, I, hidden], with biases), so that named_parameters() is the checkpoint's. Their quantizers
+// sit on two QuantLinear handles that are not registered (the parameters are listed once, here)
+// and see the weights as [E, out, in] views: one quantized layer per tensor, blocks along the
+// input dimension, as the MXFP4 checkpoint stores them.
+class GptOssExpertsImpl : public torch::nn::Module {
+ public:
+  GptOssExpertsImpl(const ModelConfig& config, const torch::TensorOptions& options);
+  // tokens [N, hidden]; topExperts, topWeights [N, k] -> [N, hidden]
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& topExperts,
+                        const torch::Tensor& topWeights);
+  // The handles, their weights re-pointed at the current parameters.
+  QuantLinear& gateUpLinear();
+  QuantLinear& downLinear();
+
+  torch::Tensor gateUpProj, gateUpProjBias, downProj, downProjBias;
+
+ private:
+  QuantLinear m_gateUp{nullptr}, m_down{nullptr};
+  double m_limit, m_alpha;
+};
+TORCH_MODULE(GptOssExperts);
+
+// gpt-oss's MLP: the top-k router (a linear with a bias; softmax over the k chosen logits) and
+// the experts.
+class GptOssMlpImpl : public torch::nn::Module {
+ public:
+  GptOssMlpImpl(const ModelConfig& config, const torch::TensorOptions& options, bool initialize);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, T, H] -> [B, T, H]
+
+  QuantLinear router{nullptr};
+  GptOssExperts experts{nullptr};
+
+ private:
+  int64_t m_topK;
+};
+TORCH_MODULE(GptOssMlp);
+
+// The clamped SwiGLU of gpt-oss's experts: gate, up = the even and odd columns of gateUp;
+// (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate, limit).
+torch::Tensor clampedSwiglu(const torch::Tensor& gateUp, double limit, double alpha);
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, int64_t layerIndex,
@@ -119,8 +170,9 @@ class DecoderLayerImpl : public torch::nn::Module {
 
   RMSNorm inputLayernorm{nullptr}, postAttentionLayernorm{nullptr};
   Attention selfAttn{nullptr};
-  Mlp mlp{nullptr};        // dense models
-  SparseMoe moe{nullptr};  // Mixtral ("block_sparse_moe")
+  Mlp mlp{nullptr};              // dense models
+  SparseMoe moe{nullptr};        // Mixtral ("block_sparse_moe")
+  GptOssMlp gptOssMlp{nullptr};  // gpt-oss ("mlp")
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -30,7 +30,7 @@ torch::Tensor QuantLinearImpl::forward(const torch::Tensor& x) {
 }
 
 void QuantLinearImpl::pretty_print(std::ostream& stream) const {
-  stream << "QuantLinear(in=" << weight.size(1) << ", out=" << weight.size(0)
+  stream << "QuantLinear(in=" << inFeatures() << ", out=" << outFeatures()
          << ", bias=" << (bias.defined() ? "true" : "false")
          << ", weightQuantizer=" << (weightQuantizer ? "on" : "off")
          << ", inputQuantizer=" << (inputQuantizer ? "on" : "off") << ")";

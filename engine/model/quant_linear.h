@@ -32,8 +32,10 @@ class QuantLinearImpl : public torch::nn::Module {
   // weight' as forward uses it (the weight itself when no quantizer is set).
   torch::Tensor effectiveWeight();
 
-  int64_t inFeatures() const { return weight.size(1); }
-  int64_t outFeatures() const { return weight.size(0); }
+  // A weight may have leading dimensions (gpt-oss's experts: [E, out, in]); blocks run along the
+  // last one, and the rows are everything before it.
+  int64_t inFeatures() const { return weight.size(-1); }
+  int64_t outFeatures() const { return weight.numel() / weight.size(-1); }
   void pretty_print(std::ostream& stream) const override;
 
   torch::Tensor weight, bias;  // bias undefined when the layer has none

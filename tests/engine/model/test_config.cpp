@@ -1,6 +1,7 @@
 // ModelConfig parsing: Hugging Face defaults per architecture, rope_scaling variants, the
 // config.json round trip, and errors that name the field and the file.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <fstream>
 #include <string>
 
@@ -256,8 +257,10 @@ TEST_CASE("bad configs throw fp4lab::Error naming the field and file", "[model][
   }
   SECTION("unsupported features are refused, not ignored") {
     Json json = minimal("LlamaForCausalLM");
+    json["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+    CHECK_THAT(parseError(json).problem(), Catch::Contains("longrope"));
     json["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-    CHECK_THAT(parseError(json).problem(), Catch::Contains("yarn"));
+    CHECK_THAT(parseError(json).problem(), Catch::Contains("original_max_position_embeddings"));
     json["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 4.0}};
     CHECK_THAT(parseError(json).problem(), Catch::Contains("original_max_position_embeddings"));
     json = minimal("LlamaForCausalLM");
@@ -267,6 +270,58 @@ TEST_CASE("bad configs throw fp4lab::Error naming the field and file", "[model][
     json["use_sliding_window"] = true;
     CHECK_THAT(parseError(json).problem(), Catch::Contains("use_sliding_window"));
   }
+}
+
+TEST_CASE("gpt-oss configs: GptOssConfig's defaults, layer types, YaRN", "[model][config]") {
+  Json json = minimal("GptOssForCausalLM");
+  json["num_hidden_layers"] = 4;
+  const ModelConfig defaults = parseModelConfig(json, "config.json");
+  CHECK(defaults.isGptOss());
+  CHECK(defaults.attentionBias);  // GptOssConfig's attention_bias defaults to true
+  CHECK(defaults.oProjBias());
+  CHECK(defaults.slidingWindow == 128);
+  CHECK(defaults.slidingLayers == std::vector<bool>{true, false, true, false});
+  CHECK(defaults.windowOf(0) == 128);
+  CHECK(defaults.windowOf(1) == 0);
+  CHECK(defaults.numLocalExperts == 128);
+  CHECK(defaults.numExpertsPerTok == 4);
+  CHECK(defaults.headDim == 64);
+  CHECK(defaults.swigluLimit == 7.0);
+  CHECK(defaults.swigluAlpha == 1.702);
+  CHECK(defaults.ropeTheta == 150000.0);
+  REQUIRE(defaults.ropeScaling.type == RopeScaling::Type::Yarn);
+  CHECK(defaults.ropeScaling.factor == 32.0);
+  CHECK_FALSE(defaults.ropeScaling.truncate);
+  CHECK(defaults.ropeScaling.originalMaxPositionEmbeddings == 4096);
+  CHECK(defaults.ropeScaling.attentionFactor == Approx(0.1 * std::log(32.0) + 1.0));
+
+  // Through config.json and back: the same model, YaRN's extra fields kept.
+  json["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 5e5},
+                             {"factor", 8.0},       {"original_max_position_embeddings", 1024},
+                             {"mscale", 0.707},     {"mscale_all_dim", 0.5}};
+  json["layer_types"] = {"full_attention", "sliding_attention", "sliding_attention",
+                         "full_attention"};
+  json["sliding_window"] = 16;
+  json["swiglu_limit"] = 5.0;
+  const ModelConfig custom = parseModelConfig(json, "config.json");
+  CHECK(custom.slidingLayers == std::vector<bool>{false, true, true, false});
+  CHECK(custom.ropeTheta == 5e5);
+  CHECK(custom.ropeScaling.truncate);  // HF's default when the key is absent
+  CHECK(custom.ropeScaling.attentionFactor ==
+        Approx((0.1 * 0.707 * std::log(8.0) + 1) / (0.1 * 0.5 * std::log(8.0) + 1)));
+  const ModelConfig again = parseModelConfig(toJson(custom), "round trip");
+  CHECK(again.slidingLayers == custom.slidingLayers);
+  CHECK(again.slidingWindow == 16);
+  CHECK(again.swigluLimit == 5.0);
+  CHECK(again.ropeTheta == 5e5);
+  CHECK(again.ropeScaling.factor == 8.0);
+  CHECK(again.ropeScaling.attentionFactor == Approx(custom.ropeScaling.attentionFactor));
+  CHECK(again.ropeScaling.originalMaxPositionEmbeddings == 1024);
+
+  json["layer_types"] = {"full_attention", "chunked_attention", "full_attention", "full_attention"};
+  CHECK_THAT(parseError(json).problem(), Catch::Contains("chunked_attention"));
+  json["layer_types"] = {"full_attention"};
+  CHECK_THAT(parseError(json).problem(), Catch::Contains("layer_types"));
 }
 
 TEST_CASE("loadModelConfig reads config.json and generation_config.json", "[model][config]") {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,9 @@ void randomize(CausalLM& model, uint64_t seed) {
         at::randn(p.sizes(), generator, torch::TensorOptions(torch::kDouble)).to(p.dtype());
     if (endsWith(item.key(), "norm.weight")) {
       p.copy_(1 + 0.4 * noise);
-    } else if (endsWith(item.key(), ".bias")) {
+    } else if (endsWith(item.key(), ".bias") || endsWith(item.key(), "_bias")) {
       p.copy_(0.5 * noise);
-    } else if (item.key() == "model.embed_tokens.weight") {
+    } else if (item.key() == "model.embed_tokens.weight" || endsWith(item.key(), ".sinks")) {
       p.copy_(noise);
     } else {
       p.copy_(noise / std::sqrt(static_cast<double>(p.size(1))));
@@ -86,11 +87,12 @@ class Reference {
     for (int64_t layer = 0; layer < m_config.numHiddenLayers; ++layer) {
       const std::string prefix = "model.layers." + std::to_string(layer) + ".";
       x = x + attention(rmsNorm(x, param(prefix + "input_layernorm.weight")), prefix + "self_attn.",
-                        length);
+                        length, windowOf(layer));
       const torch::Tensor normed = rmsNorm(x, param(prefix + "post_attention_layernorm.weight"));
       x = x + (has(prefix + "block_sparse_moe.gate.weight")
                    ? moe(normed, prefix + "block_sparse_moe.")
-                   : mlp(normed, prefix + "mlp.", false));
+               : has(prefix + "mlp.router.weight") ? gptOssMoe(normed, prefix + "mlp.")
+                                                   : mlp(normed, prefix + "mlp.", false));
     }
     x = rmsNorm(x, param("model.norm.weight"));
     const torch::Tensor head =
@@ -117,9 +119,33 @@ class Reference {
           f = (1 - smooth) * f / s.factor + smooth * f;
         }  // high frequency: unchanged
       }
+      if (m_applyRopeScaling && s.type == RopeScaling::Type::Yarn) {
+        // YaRN (Peng et al. 2023, and HF's _compute_yarn_parameters): the dimension index d at
+        // which a frequency completes r rotations over the original context is
+        // dim ln(L / (2 pi r)) / (2 ln theta); below d(beta_fast) frequencies are kept, above
+        // d(beta_slow) divided by factor, linearly mixed between (ramp over the pair index i).
+        const double old = static_cast<double>(s.originalMaxPositionEmbeddings);
+        auto d = [&](double r) {
+          return dim * std::log(old / (2 * M_PI * r)) / (2 * std::log(m_config.ropeTheta));
+        };
+        double low = d(s.betaFast), high = d(s.betaSlow);
+        if (s.truncate) low = std::floor(low), high = std::ceil(high);
+        low = std::max(low, 0.0);
+        high = std::min(high, static_cast<double>(dim - 1));
+        if (low == high) high += 0.001;
+        const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+        f = f / s.factor * ramp + f * (1 - ramp);
+      }
       result.push_back(f);
     }
     return result;
+  }
+
+  // YaRN's magnitude correction of cos and sin (1 without yarn).
+  double ropeMagnitude() const {
+    const RopeScaling& s = m_config.ropeScaling;
+    if (!m_applyRopeScaling || s.type != RopeScaling::Type::Yarn) return 1.0;
+    return s.factor <= 1 ? 1.0 : 0.1 * std::log(s.factor) + 1.0;
   }
 
  private:
@@ -150,7 +176,7 @@ class Reference {
     for (int64_t t = 0; t < length; ++t) {
       for (int64_t i = 0; i < half; ++i) {
         const double angle = static_cast<double>(t) * frequencies[i];
-        const double c = std::cos(angle), s = std::sin(angle);
+        const double c = std::cos(angle) * ropeMagnitude(), s = std::sin(angle) * ropeMagnitude();
         result[t][i] = in[t][i] * c - in[t][i + half] * s;
         result[t][i + half] = in[t][i + half] * c + in[t][i] * s;
       }
@@ -158,12 +184,19 @@ class Reference {
     return out;
   }
 
-  bool allowed(int64_t query, int64_t key) const {
-    if (key > query) return false;
-    return m_config.slidingWindow == 0 || query - key < m_config.slidingWindow;
+  // gpt-oss names its windowed layers; the others apply sliding_window (if any) everywhere.
+  int64_t windowOf(int64_t layer) const {
+    if (m_config.slidingLayers.empty()) return m_config.slidingWindow;
+    return m_config.slidingLayers[layer] ? m_config.slidingWindow : 0;
   }
 
-  torch::Tensor attention(const torch::Tensor& x, const std::string& prefix, int64_t length) const {
+  static bool allowed(int64_t query, int64_t key, int64_t window) {
+    if (key > query) return false;
+    return window == 0 || query - key < window;
+  }
+
+  torch::Tensor attention(const torch::Tensor& x, const std::string& prefix, int64_t length,
+                          int64_t window) const {
     const int64_t heads = m_config.numAttentionHeads, kvHeads = m_config.numKeyValueHeads;
     const int64_t dim = m_config.headDim;
     const torch::Tensor q = linear(x, prefix + "q_proj");
@@ -185,14 +218,17 @@ class Reference {
       torch::Tensor probabilities = torch::zeros({length, length}, torch::kDouble);
       auto s = scores.accessor<double, 2>();
       auto p = probabilities.accessor<double, 2>();
+      // gpt-oss: the head's sink logit joins the softmax's denominator and nothing else.
+      const bool sink = has(prefix + "sinks");
+      const double sinkLogit = sink ? param(prefix + "sinks")[h].item<double>() : 0.0;
       for (int64_t i = 0; i < length; ++i) {
-        double maximum = -INFINITY;
+        double maximum = sink ? sinkLogit : -INFINITY;
         for (int64_t j = 0; j < length; ++j) {
-          if (allowed(i, j)) maximum = std::max(maximum, s[i][j]);
+          if (allowed(i, j, window)) maximum = std::max(maximum, s[i][j]);
         }
-        double sum = 0;
+        double sum = sink ? std::exp(sinkLogit - maximum) : 0.0;
         for (int64_t j = 0; j < length; ++j) {
-          if (allowed(i, j)) sum += (p[i][j] = std::exp(s[i][j] - maximum));
+          if (allowed(i, j, window)) sum += (p[i][j] = std::exp(s[i][j] - maximum));
         }
         for (int64_t j = 0; j < length; ++j) p[i][j] /= sum;
       }
@@ -235,6 +271,46 @@ class Reference {
     return torch::stack(rows);
   }
 
+  // gpt-oss, per token: the k largest router logits (with the router's bias), a softmax over
+  // those k, and each chosen expert's clamped SwiGLU: with gate_up = x W[e] + b[e] (W [H, 2I]),
+  // gate = its even and up its odd columns, g = min(gate, limit), u = clamp(up, +-limit),
+  // out = ((u + 1) g sigmoid(alpha g)) D[e] + d[e].
+  torch::Tensor gptOssMoe(const torch::Tensor& x, const std::string& prefix) const {
+    const torch::Tensor routerLogits = linear(x, prefix + "router");
+    const int64_t experts = routerLogits.size(1), topK = m_config.numExpertsPerTok;
+    const double limit = m_config.swigluLimit, alpha = m_config.swigluAlpha;
+    const torch::Tensor& gateUp = param(prefix + "experts.gate_up_proj");
+    const torch::Tensor& gateUpBias = param(prefix + "experts.gate_up_proj_bias");
+    const torch::Tensor& down = param(prefix + "experts.down_proj");
+    const torch::Tensor& downBias = param(prefix + "experts.down_proj_bias");
+    const int64_t inner = down.size(1);
+    std::vector<torch::Tensor> rows;
+    for (int64_t t = 0; t < x.size(0); ++t) {
+      std::vector<int64_t> order(experts);
+      std::iota(order.begin(), order.end(), 0);
+      auto logit = [&](int64_t e) { return routerLogits[t][e].item<double>(); };
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return logit(a) > logit(b); });
+      double sum = 0;
+      for (int64_t j = 0; j < topK; ++j) sum += std::exp(logit(order[j]) - logit(order[0]));
+      torch::Tensor out = torch::zeros({x.size(1)}, torch::kDouble);
+      for (int64_t j = 0; j < topK; ++j) {
+        const int64_t e = order[j];
+        const double weight = std::exp(logit(e) - logit(order[0])) / sum;
+        const torch::Tensor projected = x[t].matmul(gateUp[e]) + gateUpBias[e];  // [2I]
+        torch::Tensor gated = torch::empty({inner}, torch::kDouble);
+        for (int64_t c = 0; c < inner; ++c) {
+          const double g = std::min(projected[2 * c].item<double>(), limit);
+          const double u = std::clamp(projected[2 * c + 1].item<double>(), -limit, limit);
+          gated[c] = (u + 1) * g / (1 + std::exp(-alpha * g));
+        }
+        out = out + weight * (gated.matmul(down[e]) + downBias[e]);
+      }
+      rows.push_back(out);
+    }
+    return torch::stack(rows);
+  }
+
   ModelConfig m_config;
   bool m_applyRopeScaling;
   Params m_params;
@@ -245,8 +321,8 @@ std::vector<int64_t> row(const torch::Tensor& ids, int64_t b) {
   return std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
 }
 
-const char* const kFixtures[] = {"llama_gqa",   "qwen2_bias_tied", "qwen3_qknorm",
-                                 "llama3_rope", "mixtral_moe",     "mistral_window"};
+const char* const kFixtures[] = {"llama_gqa",   "qwen2_bias_tied", "qwen3_qknorm", "llama3_rope",
+                                 "mixtral_moe", "mistral_window",  "gpt_oss_tiny"};
 
 }  // namespace
 
@@ -290,10 +366,34 @@ TEST_CASE("the reference is sensitive to what the forward pass must get right",
     full.slidingWindow = 0;
     CHECK(maxAbsDiff(Reference(full, model).logits(row(ids, 0)), model->forward(ids)[0]) > 1e-3);
   }
+  SECTION("gpt-oss: sinks, the clamp, the layer types and YaRN each change the logits") {
+    const ModelConfig config = fixture("gpt_oss_tiny");
+    CausalLM model(config, torch::TensorOptions(torch::kDouble));
+    randomize(model, 3);
+    const torch::Tensor ids = randomIds(1, 9, config.vocabSize, 4);
+    const torch::Tensor logits = model->forward(ids)[0];
+    ModelConfig unclamped = config;
+    unclamped.swigluLimit = 1e6;
+    CHECK(maxAbsDiff(Reference(unclamped, model).logits(row(ids, 0)), logits) > 1e-3);
+    ModelConfig full = config;
+    full.slidingLayers.assign(full.slidingLayers.size(), false);
+    CHECK(maxAbsDiff(Reference(full, model).logits(row(ids, 0)), logits) > 1e-3);
+    ModelConfig allSliding = config;
+    allSliding.slidingLayers.assign(allSliding.slidingLayers.size(), true);
+    CHECK(maxAbsDiff(Reference(allSliding, model).logits(row(ids, 0)), logits) > 1e-3);
+    CHECK(maxAbsDiff(Reference(config, model, /*applyRopeScaling=*/false).logits(row(ids, 0)),
+                     logits) > 1e-3);
+    {
+      torch::NoGradGuard noGrad;
+      for (auto& item : model->named_parameters())
+        if (endsWith(item.key(), ".sinks")) item.value().fill_(-1e3);  // no sink at all
+    }
+    CHECK(maxAbsDiff(model->forward(ids)[0], logits) > 1e-3);
+  }
 }
 
 TEST_CASE("llama3 and linear scaling of inv_freq follow the formulas", "[model][rope]") {
-  for (const char* name : {"llama3_rope", "qwen2_bias_tied", "llama_gqa"}) {
+  for (const char* name : {"llama3_rope", "qwen2_bias_tied", "llama_gqa", "gpt_oss_tiny"}) {
     INFO(name);
     const ModelConfig config = fixture(name);
     CausalLM model(config, torch::TensorOptions(torch::kDouble));
@@ -424,6 +524,58 @@ TEST_CASE("parameter names are the Hugging Face checkpoint names", "[model][name
     CHECK(gates == 2);
     CHECK(experts == 2 * 4 * 3);
   }
+  SECTION("gpt-oss: sinks, router with bias, experts as 3-D tensors") {
+    ModelConfig config = fixture("gpt_oss_tiny");
+    config.numHiddenLayers = 1;
+    config.slidingLayers = {true};
+    CausalLM model(config);
+    std::vector<std::string> names;
+    for (const auto& item : model->named_parameters()) names.push_back(item.key());
+    const std::string p = "model.layers.0.";
+    const std::vector<std::string> expected = {"model.embed_tokens.weight",
+                                               p + "input_layernorm.weight",
+                                               p + "self_attn.sinks",
+                                               p + "self_attn.q_proj.weight",
+                                               p + "self_attn.q_proj.bias",
+                                               p + "self_attn.k_proj.weight",
+                                               p + "self_attn.k_proj.bias",
+                                               p + "self_attn.v_proj.weight",
+                                               p + "self_attn.v_proj.bias",
+                                               p + "self_attn.o_proj.weight",
+                                               p + "self_attn.o_proj.bias",
+                                               p + "mlp.router.weight",
+                                               p + "mlp.router.bias",
+                                               p + "mlp.experts.gate_up_proj",
+                                               p + "mlp.experts.gate_up_proj_bias",
+                                               p + "mlp.experts.down_proj",
+                                               p + "mlp.experts.down_proj_bias",
+                                               p + "post_attention_layernorm.weight",
+                                               "model.norm.weight",
+                                               "lm_head.weight"};
+    // Registration order aside (HF registers sinks last), the same set of names.
+    CHECK(std::set<std::string>(names.begin(), names.end()) ==
+          std::set<std::string>(expected.begin(), expected.end()));
+    CHECK(names.size() == expected.size());
+    const auto parameters = model->named_parameters();
+    CHECK(parameters[p + "mlp.experts.gate_up_proj"].sizes() == torch::IntArrayRef({4, 32, 64}));
+    CHECK(parameters[p + "mlp.experts.down_proj"].sizes() == torch::IntArrayRef({4, 32, 32}));
+    CHECK(parameters[p + "self_attn.sinks"].sizes() == torch::IntArrayRef({4}));
+    std::vector<std::string> linears;
+    for (const auto& [linearName, linear] : model->quantLinears()) {
+      linears.push_back(linearName);
+      if (endsWith(linearName, "experts.gate_up_proj")) {
+        // The quantizers' view: [E, out, in], blocks along the input (hidden) dimension.
+        CHECK(linear->weight.sizes() == torch::IntArrayRef({4, 64, 32}));
+        CHECK(linear->inFeatures() == 32);
+        CHECK(linear->outFeatures() == 4 * 64);
+        CHECK(linear->weight.data_ptr() == parameters[p + "mlp.experts.gate_up_proj"].data_ptr());
+      }
+    }
+    CHECK(linears == std::vector<std::string>{p + "self_attn.q_proj", p + "self_attn.k_proj",
+                                              p + "self_attn.v_proj", p + "self_attn.o_proj",
+                                              p + "mlp.router", p + "mlp.experts.gate_up_proj",
+                                              p + "mlp.experts.down_proj", "lm_head"});
+  }
 }
 
 namespace {
@@ -468,7 +620,7 @@ TEST_CASE("QuantLinear applies its quantizers to weight and input", "[model][qua
 }
 
 TEST_CASE("every linear of the model goes through its QuantLinear", "[model][quant_linear]") {
-  for (const char* name : {"qwen2_bias_tied", "mixtral_moe"}) {
+  for (const char* name : {"qwen2_bias_tied", "mixtral_moe", "gpt_oss_tiny"}) {
     INFO(name);
     const ModelConfig config = fixture(name);
     CausalLM model(config, torch::TensorOptions(torch::kDouble));
