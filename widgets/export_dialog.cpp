@@ -244,9 +244,14 @@ ExportDialog::ModelInfo ExportDialog::inspectModel(const QString& dir) {
     }
     for (auto it = header.begin(); it != header.end(); ++it) {
       const QString& name = it.key();
-      if (!name.endsWith(QLatin1String(".weight"))) continue;
-      if (it.value().toObject().value(QStringLiteral("shape")).toArray().size() != 2) continue;
-      const QString module = name.left(name.size() - 7);
+      const qsizetype dims = it.value().toObject().value(QStringLiteral("shape")).toArray().size();
+      // As the exporter: 2-D <module>.weight tensors, and gpt-oss's 3-D experts tensors (each
+      // its own module).
+      const bool experts =
+          dims == 3 && (name.endsWith(QLatin1String(".mlp.experts.gate_up_proj")) ||
+                        name.endsWith(QLatin1String(".mlp.experts.down_proj")));
+      if (!experts && (!name.endsWith(QLatin1String(".weight")) || dims != 2)) continue;
+      const QString module = experts ? name : name.left(name.size() - 7);
       // As the exporter: embeddings are never linear layers to quantize.
       if (module.contains(QLatin1String("embed")) || module.contains(QLatin1String("wte")))
         continue;
@@ -296,7 +301,9 @@ ExportDialog::ModelInfo ExportDialog::inspectModel(const QString& dir) {
   } else {
     const run::RunConfig defaults;
     QStringList include, exclude;
-    for (const std::string& g : run::splitList(defaults.quantInclude)) include << qs(g);
+    for (const std::string& g :
+         run::quantIncludePatterns(defaults.quantInclude, info.gptOss ? "GptOssForCausalLM" : ""))
+      include << qs(g);
     for (const std::string& g : run::splitList(defaults.quantExclude)) exclude << qs(g);
     auto any = [](const QStringList& globs, const QString& m) {
       return std::any_of(globs.begin(), globs.end(),
@@ -697,6 +704,8 @@ void ExportDialog::fillFormats() {
     // A run decodes only to its own format (or to BF16); gpt-oss's layout is for gpt-oss only.
     if (!m_info.quantFormat.isEmpty() && !kind.isEmpty() && kind != m_info.quantFormat) continue;
     if (name == QLatin1String("gpt-oss-mxfp4") && !m_info.gptOss) continue;
+    // ... and the other layouts have no place for gpt-oss's experts (the engine refuses them).
+    if (m_info.gptOss && !kind.isEmpty() && name != QLatin1String("gpt-oss-mxfp4")) continue;
     m_format->addItem(name, name);
     m_format->setItemData(m_format->count() - 1, description, Qt::ToolTipRole);
   }
@@ -704,7 +713,8 @@ void ExportDialog::fillFormats() {
   int index = m_format->findData(previous);
   if (index < 0) {
     // A run's own format first, in the compressed-tensors layout vLLM and transformers load.
-    const QString preferred = m_info.quantFormat == QLatin1String("mxfp4")
+    const QString preferred = m_info.gptOss ? QStringLiteral("gpt-oss-mxfp4")
+                              : m_info.quantFormat == QLatin1String("mxfp4")
                                   ? QStringLiteral("compressed-tensors-mxfp4")
                                   : QStringLiteral("compressed-tensors-nvfp4");
     index = std::max(0, m_format->findData(preferred));

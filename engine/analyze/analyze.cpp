@@ -39,6 +39,7 @@ bool matchesAny(const std::vector<std::string>& patterns, const std::string& nam
 struct Folder {
   std::vector<std::unique_ptr<io::SafetensorsFile>> files;
   std::vector<std::pair<size_t, const io::TensorInfo*>> tensors;  // file, then data order
+  std::string architecture;  // config.json's class name ("" without one)
 };
 
 Folder openFolder(const std::string& dir) {
@@ -52,24 +53,38 @@ Folder openFolder(const std::string& dir) {
     for (const io::TensorInfo& t : f.files.back()->tensors())
       f.tensors.push_back({f.files.size() - 1, &t});
   }
+  const std::string config = files::join(dir, "config.json");
+  if (files::isRegularFile(config)) {
+    const json c = json::parse(files::readFile(config), nullptr, false);
+    if (c.is_object() && c.contains("architectures") && c["architectures"].is_array() &&
+        !c["architectures"].empty() && c["architectures"][0].is_string())
+      f.architecture = c["architectures"][0].get<std::string>();
+  }
   return f;
 }
 
 std::vector<Layer> selectFrom(const Folder& folder, const Options& options) {
   const run::RunConfig defaults;
   const std::vector<std::string> include =
-      options.include.empty() ? run::splitList(defaults.quantInclude) : options.include;
+      options.include.empty()
+          ? run::quantIncludePatterns(defaults.quantInclude, folder.architecture)
+          : options.include;
   std::vector<std::string> exclude = run::splitList(defaults.quantExclude);
   exclude.insert(exclude.end(), options.exclude.begin(), options.exclude.end());
   std::vector<Layer> layers;
   for (const auto& [file, t] : folder.tensors) {
-    if (!endsWith(t->name, ".weight") || t->shape.size() != 2 || !io::isFloatingPoint(t->dtype))
-      continue;
-    const std::string module = t->name.substr(0, t->name.size() - 7);
+    if (!io::isFloatingPoint(t->dtype)) continue;
+    const bool experts = t->shape.size() == 3 && (endsWith(t->name, ".mlp.experts.gate_up_proj") ||
+                                                  endsWith(t->name, ".mlp.experts.down_proj"));
+    if (!experts && (!endsWith(t->name, ".weight") || t->shape.size() != 2)) continue;
+    const std::string module = experts ? t->name : t->name.substr(0, t->name.size() - 7);
     if (module.find("embed") != std::string::npos || module.find("wte") != std::string::npos)
       continue;
     if (!matchesAny(include, module) || matchesAny(exclude, module)) continue;
-    layers.push_back({module, t->name, t->shape[0], t->shape[1]});
+    if (experts)
+      layers.push_back({module, t->name, t->shape[0] * t->shape[2], t->shape[1], t->shape[0]});
+    else
+      layers.push_back({module, t->name, t->shape[0], t->shape[1]});
   }
   if (layers.empty())
     throw Error("no linear layer selected", options.modelDir,
@@ -468,6 +483,17 @@ Analysis analyzeModel(const Options& options, const std::function<void(const Pro
   auto read = [&](const Layer& l, std::vector<float>& out) {
     const auto& [file, info] = where.at(l.tensor);
     readInto(*folder.files[file], *info, out);
+    if (l.experts > 0) {
+      // [E, in, out] -> [E, out, in]: the blocks run along each expert's input.
+      const int64_t rowsPerExpert = l.rows / l.experts, in = l.cols;
+      std::vector<float> t(size_t(l.rows * l.cols));
+      for (int64_t e = 0; e < l.experts; ++e)
+        for (int64_t i = 0; i < in; ++i)
+          for (int64_t o = 0; o < rowsPerExpert; ++o)
+            t[size_t((e * rowsPerExpert + o) * in + i)] =
+                out[size_t((e * in + i) * rowsPerExpert + o)];
+      std::copy(t.begin(), t.end(), out.begin());
+    }
   };
 
   struct Buffers {

@@ -211,13 +211,30 @@ std::string moduleOf(const std::string& tensor) {
   return tensor.substr(0, tensor.size() - std::string(".weight").size());
 }
 
+// gpt-oss's experts: one 3-D tensor per projection, [E, in, out] in Hugging Face's layout, each a
+// quantized layer named like the tensor (the engine's quantizers see it as [E, out, in]).
+bool isExpertsTensor(const std::string& name, const io::TensorInfo& t) {
+  return t.shape.size() == 3 &&
+         (endsWith(name, ".mlp.experts.gate_up_proj") || endsWith(name, ".mlp.experts.down_proj"));
+}
+
+// The module a linear layer's weight tensor belongs to ("<module>.weight", 2-D; or a gpt-oss
+// experts tensor, its own module), or empty for any other tensor.
+std::string layerModuleOf(const std::string& name, const io::TensorInfo& t) {
+  if (isExpertsTensor(name, t)) return name;
+  if (endsWith(name, ".weight") && t.shape.size() == 2) return moduleOf(name);
+  return {};
+}
+
 struct Layer {
-  std::string module;  // e.g. model.layers.0.self_attn.q_proj
-  std::string weight;  // its weight tensor
-  int64_t rows = 0, cols = 0;
-  float ownAmax = NAN;     // weight amax (calibrated, or measured)
-  float tensorAmax = NAN;  // the amax of the tensor scale: the fused group's largest (NVFP4)
-  float inputAmax = NAN;   // calibrated input amax (NaN: none)
+  std::string module;          // e.g. model.layers.0.self_attn.q_proj
+  std::string weight;          // its weight tensor
+  int64_t rows = 0, cols = 0;  // as quantized: [out, in] (experts: [E * out, in])
+  int64_t experts = 0;         // gpt-oss: E, and the tensor is stored [E, in, out]
+  std::string scalesName;      // the output tensor of its block scales
+  float ownAmax = NAN;         // weight amax (calibrated, or measured)
+  float tensorAmax = NAN;      // the amax of the tensor scale: the fused group's largest (NVFP4)
+  float inputAmax = NAN;       // calibrated input amax (NaN: none)
 };
 
 // ---- The plan of the output -----------------------------------------------------------------
@@ -258,11 +275,27 @@ struct Encoded {
   float globalScale = 1;  // NVFP4 s2
 };
 
+// A layer's weight as fp32 [rows, cols], blocks along the rows: experts tensors transposed from
+// [E, in, out] to [E, out, in].
+std::vector<float> layerWeight(const Input& in, const Layer& l) {
+  std::vector<float> w = in.toFloat32(in.tensors.at(l.weight));
+  if (l.experts == 0) return w;
+  const int64_t out = l.rows / l.experts, inputs = l.cols;
+  std::vector<float> t(w.size());
+  for (int64_t e = 0; e < l.experts; ++e) {
+    const float* src = w.data() + e * inputs * out;
+    float* dst = t.data() + e * out * inputs;
+    for (int64_t i = 0; i < inputs; ++i)
+      for (int64_t o = 0; o < out; ++o) dst[o * inputs + i] = src[i * out + o];
+  }
+  return t;
+}
+
 Encoded encodeLayer(const Plan& plan, const Input& in, int index) {
   const Layer& l = plan.layers[size_t(index)];
   Encoded e;
   e.layer = index;
-  const std::vector<float> w = in.toFloat32(in.tensors.at(l.weight));
+  const std::vector<float> w = layerWeight(in, l);
   e.codes.resize(size_t(fp4_packed_bytes(l.rows, l.cols)));
   e.scales.resize(size_t(fp4_scale_count(plan.config.format, l.rows, l.cols)));
   const float amax = plan.config.format == FP4_FORMAT_NVFP4 ? l.tensorAmax : -1.0f;
@@ -353,24 +386,32 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
   Plan plan;
   plan.format = options.format;
   const std::string where = in.dir;
-  if (options.format == Format::GptOssMxfp4) {
-    const std::string arch = architectureOf(in.config);
-    if (arch == "GptOssForCausalLM" || in.config.value("model_type", "") == "gpt_oss")
-      throw Error(
-          "gpt-oss-mxfp4 needs fp4lab's gpt-oss architecture (its MoE experts as "
-          "[E, 2I, H/32, 16] blocks with interleaved gate/up rows), which fp4lab does not "
-          "have yet",
-          where, "export it as bf16 for now, or wait for gpt-oss support (issue 18)");
-    throw Error("gpt-oss-mxfp4 is the layout of gpt-oss models only, and this model is " + arch +
-                    "; fp4lab also has no gpt-oss architecture yet",
+  const std::string arch = architectureOf(in.config);
+  const bool gptOss = arch == "GptOssForCausalLM" || in.config.value("model_type", "") == "gpt_oss";
+  if (options.format == Format::GptOssMxfp4 && !gptOss)
+    throw Error("gpt-oss-mxfp4 is the layout of gpt-oss models only, and this model is " + arch,
                 where, "use --format compressed-tensors-mxfp4 for MXFP4 on this model");
-  }
+  if (gptOss && isQuantized(options.format) && options.format != Format::GptOssMxfp4)
+    throw Error(std::string("the ") + formatName(options.format) +
+                    " layout has no place for gpt-oss's experts (3-D tensors of every expert's "
+                    "weights)",
+                where,
+                "use --format gpt-oss-mxfp4 (what vLLM and transformers load for gpt-oss) "
+                "or bf16");
+  if (options.format == Format::GptOssMxfp4 && state.present && state.activations)
+    throw Error("the model was trained with quantized activations (" + state.description +
+                    "), and the gpt-oss MXFP4 layout is weight-only: the export would not be "
+                    "the model that was evaluated",
+                files::join(in.dir, "quant_state.json"),
+                "train the run with quant.activations=false (W4A16), or export it as bf16");
   if (!options.scaleRule.empty() && options.scaleRule != "ceil" && options.scaleRule != "floor")
     throw Error("--scale-rule must be ceil or floor, not '" + options.scaleRule + "'",
                 "--scale-rule");
 
   const fp4_format kernelFormat =
-      options.format == Format::CompressedTensorsMxfp4 ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
+      options.format == Format::CompressedTensorsMxfp4 || options.format == Format::GptOssMxfp4
+          ? FP4_FORMAT_MXFP4
+          : FP4_FORMAT_NVFP4;
   plan.config = fp4_default_config(kernelFormat);
   if (state.present && isQuantized(options.format)) {
     const bool stateMx = state.format == FP4_FORMAT_MXFP4;
@@ -379,7 +420,8 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
                       " (" + state.description + "); a " + formatName(options.format) +
                       " export would not decode to the weights it was trained and evaluated with",
                   files::join(in.dir, "quant_state.json"),
-                  stateMx ? "use --format compressed-tensors-mxfp4 (or bf16)"
+                  stateMx ? (gptOss ? "use --format gpt-oss-mxfp4 (or bf16)"
+                                    : "use --format compressed-tensors-mxfp4 (or bf16)")
                           : "use --format modelopt-nvfp4 or compressed-tensors-nvfp4 (or bf16)");
     plan.config.scale_rule = state.scaleRule;
     plan.config.nvfp4_2d_blocks = kernelFormat == FP4_FORMAT_NVFP4 && state.blocks2d;
@@ -403,14 +445,13 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
   // The linear layers: 2-D "<module>.weight" tensors (norms are 1-D; embeddings are excluded by
   // name), those the run quantized or, for a BF16 folder, those quant.include/exclude select.
   const run::RunConfig defaults;
-  const std::vector<std::string> include = run::splitList(defaults.quantInclude);
+  const std::vector<std::string> include = run::quantIncludePatterns(defaults.quantInclude, arch);
   const std::vector<std::string> exclude = run::splitList(defaults.quantExclude);
   std::set<std::string> quantized;
-  std::vector<std::string> linearModules;  // every 2-D weight but the embeddings, in order
+  std::vector<std::string> linearModules;  // every linear weight but the embeddings, in order
   for (const std::string& name : in.order) {
-    const io::TensorInfo& t = *in.tensors.at(name).info;
-    if (!endsWith(name, ".weight") || t.shape.size() != 2) continue;
-    const std::string module = moduleOf(name);
+    const std::string module = layerModuleOf(name, *in.tensors.at(name).info);
+    if (module.empty()) continue;
     if (module.find("embed") != std::string::npos || module.find("wte") != std::string::npos)
       continue;
     linearModules.push_back(module);
@@ -418,8 +459,10 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
   if (isQuantized(options.format)) {
     if (state.present) {
       for (const std::string& module : state.layerOrder) {
-        auto it = in.tensors.find(module + ".weight");
-        if (it == in.tensors.end())
+        const bool found =
+            in.tensors.count(module + ".weight") ||
+            (in.tensors.count(module) && isExpertsTensor(module, *in.tensors.at(module).info));
+        if (!found)
           throw Error("the quantizer state names layer " + module + ", whose weight " + module +
                           ".weight is not in the model's safetensors",
                       files::join(in.dir, "quant_state.json"),
@@ -438,20 +481,37 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
                       (linearModules.empty() ? std::string("(none)") : linearModules.front()));
   }
 
+  if (options.format == Format::GptOssMxfp4)
+    for (const std::string& module : quantized)
+      if (!endsWith(module, ".mlp.experts.gate_up_proj") &&
+          !endsWith(module, ".mlp.experts.down_proj"))
+        throw Error("the run quantized " + module +
+                        ", and the gpt-oss MXFP4 layout holds only the "
+                        "experts in MXFP4: the export would not be the model that was evaluated",
+                    files::join(in.dir, "quant_state.json"),
+                    "train gpt-oss with quant.include=auto (its experts), or export it as bf16");
+
   // Layers, in input order, with their amaxes.
   std::map<std::string, int> layerIndex;
   for (const std::string& name : in.order) {
-    if (!endsWith(name, ".weight") || !quantized.count(moduleOf(name))) continue;
     const io::TensorInfo& t = *in.tensors.at(name).info;
-    if (t.shape.size() != 2 || !io::isFloatingPoint(t.dtype))
+    const std::string module = layerModuleOf(name, t);
+    if (module.empty() || !quantized.count(module)) continue;
+    if (!io::isFloatingPoint(t.dtype))
       throw Error("quantized layer weight " + name + " is " + io::dtypeName(t.dtype) + " " +
-                      shapeText(t.shape) + ", not a floating-point matrix",
+                      shapeText(t.shape) + ", not a floating-point tensor",
                   where, "exclude it with --exclude");
     Layer l;
-    l.module = moduleOf(name);
+    l.module = module;
     l.weight = name;
-    l.rows = t.shape[0];
-    l.cols = t.shape[1];
+    if (t.shape.size() == 3) {
+      l.experts = t.shape[0];
+      l.rows = t.shape[0] * t.shape[2];
+      l.cols = t.shape[1];
+    } else {
+      l.rows = t.shape[0];
+      l.cols = t.shape[1];
+    }
     if (l.cols % block != 0)
       throw Error("layer " + l.module + " has " + std::to_string(l.cols) +
                       " inputs, not a multiple of the " + std::to_string(block) + "-element block",
@@ -470,7 +530,7 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
     checkCancel(cancel, where);
     if (progress) progress({"measure", l.weight, int64_t(i), int64_t(plan.layers.size())});
     if (!std::isfinite(l.ownAmax)) {
-      const std::vector<float> w = in.toFloat32(in.tensors.at(l.weight));
+      const std::vector<float> w = in.toFloat32(in.tensors.at(l.weight));  // any order will do
       l.ownAmax = fp4_tensor_amax(w.data(), int64_t(w.size()));
     }
     l.tensorAmax = l.ownAmax;
@@ -504,6 +564,28 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
   for (const std::string& module : linearModules)
     if (!quantized.count(module) && module != "lm_head") plan.ignoreNames.push_back(module);
   plan.excludeList = plan.ignoreNames;
+  if (options.format == Format::GptOssMxfp4) {
+    // Hugging Face replaces a layer's whole experts module: both tensors or neither.
+    std::set<std::string> keptExperts;
+    for (const std::string& module : linearModules) {
+      if (!endsWith(module, ".mlp.experts.gate_up_proj") &&
+          !endsWith(module, ".mlp.experts.down_proj"))
+        continue;
+      const std::string parent = module.substr(0, module.rfind('.'));
+      const bool gateUp = quantized.count(parent + ".gate_up_proj") > 0;
+      const bool down = quantized.count(parent + ".down_proj") > 0;
+      if (gateUp != down)
+        throw Error("gpt-oss-mxfp4 stores a layer's experts in MXFP4 together, and " + parent +
+                        " would have only " + (gateUp ? "gate_up_proj" : "down_proj") +
+                        " quantized",
+                    "--exclude", "exclude both " + parent + ".* tensors, or neither");
+      if (!gateUp) keptExperts.insert(parent);
+    }
+    // OpenAI's own list: every attention block, every router, the embeddings and the head.
+    plan.excludeList = {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                        "model.embed_tokens", "lm_head"};
+    for (const std::string& parent : keptExperts) plan.excludeList.push_back(parent);
+  }
   if (options.format == Format::ModelOptNvfp4)
     for (const std::string& g : options.exclude)
       if (std::find(plan.excludeList.begin(), plan.excludeList.end(), g) == plan.excludeList.end())
@@ -515,6 +597,8 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
     plan.quantAlgo = plan.activations ? "NVFP4" : "NVFP4A16";
   else if (options.format == Format::CompressedTensorsMxfp4)
     plan.quantAlgo = plan.activations ? "MXFP4" : "MXFP4A16";
+  else if (options.format == Format::GptOssMxfp4)
+    plan.quantAlgo = "MXFP4A16";
   else
     plan.quantAlgo = "BF16";
 
@@ -522,7 +606,8 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
   const bool modelopt = options.format == Format::ModelOptNvfp4;
   for (const std::string& name : in.order) {
     const io::TensorInfo& t = *in.tensors.at(name).info;
-    auto it = endsWith(name, ".weight") ? layerIndex.find(moduleOf(name)) : layerIndex.end();
+    const std::string module = layerModuleOf(name, t);
+    auto it = module.empty() ? layerIndex.end() : layerIndex.find(module);
     if (it == layerIndex.end()) {
       OutTensor o{name, t.dtype, t.shape, t.bytes(), Part::Copy, name, -1};
       if (options.format == Format::Bf16 && io::isFloatingPoint(t.dtype) &&
@@ -534,10 +619,32 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
       plan.tensors.push_back(o);
       continue;
     }
-    const Layer& l = plan.layers[size_t(it->second)];
+    Layer& l = plan.layers[size_t(it->second)];
     const std::string& m = l.module;
     const int li = it->second;
     const int64_t scaleCols = l.cols / block;
+    if (options.format == Format::GptOssMxfp4) {
+      // Hugging Face's gpt-oss layout: <m>_blocks [E, out, in / 32, 16] (two E2M1 codes a byte,
+      // the even element in the low nibble) and <m>_scales [E, out, in / 32] (E8M0).
+      const int64_t out = l.rows / l.experts;
+      l.scalesName = m + "_scales";
+      plan.tensors.push_back({m + "_blocks",
+                              DType::U8,
+                              {l.experts, out, scaleCols, block / 2},
+                              uint64_t(l.rows * l.cols / 2),
+                              Part::Codes,
+                              name,
+                              li});
+      plan.tensors.push_back({l.scalesName,
+                              DType::U8,
+                              {l.experts, out, scaleCols},
+                              uint64_t(l.rows * scaleCols),
+                              Part::Scales,
+                              name,
+                              li});
+      continue;
+    }
+    l.scalesName = m + ".weight_scale";
     const DType scaleType = kernelFormat == FP4_FORMAT_NVFP4 ? DType::F8_E4M3 : DType::U8;
     plan.tensors.push_back({m + (modelopt ? ".weight" : ".weight_packed"),
                             DType::U8,
@@ -568,6 +675,10 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
 
 json quantizationConfig(const Plan& plan, const Options& options) {
   const std::vector<std::string>& excluded = plan.excludeList;
+  if (options.format == Format::GptOssMxfp4)
+    return json{{"quant_method", "mxfp4"},
+                {"modules_to_not_convert", excluded},
+                {"producer", {{"name", "fp4lab"}, {"version", FP4LAB_VERSION}}}};
   if (options.format == Format::ModelOptNvfp4) {
     return json{{"quant_method", "modelopt"},
                 {"quant_algo", plan.quantAlgo},
@@ -789,9 +900,9 @@ void verify(const Plan& plan, const Input& in, const std::vector<Shard>& shards,
     // A quantized layer: decode it from the file and compare with the fake quantization.
     const Layer& l = plan.layers[size_t(t.layer)];
     const std::string& m = l.module;
-    const std::vector<float> w = in.toFloat32(src);
+    const std::vector<float> w = layerWeight(in, l);
     const uint8_t* codes = bytesOf(t.name);
-    const uint8_t* scales = bytesOf(m + ".weight_scale");
+    const uint8_t* scales = bytesOf(l.scalesName);
     float s2 = 1;
     const bool nv = plan.config.format == FP4_FORMAT_NVFP4;
     const float amax = nv ? l.tensorAmax : -1.0f;

@@ -56,9 +56,15 @@ std::vector<std::string> selectLayers(model::CausalLM& model, const QuantOptions
     return false;
   };
   const int64_t block = fp4_block_size(options.format);
+  std::vector<std::string> include;
+  for (const std::string& pattern : options.include) {
+    for (const std::string& p :
+         run::quantIncludePatterns(pattern, model::architectureName(model->config().architecture)))
+      include.push_back(p);
+  }
   std::vector<std::string> names;
   for (auto& [name, linear] : model->quantLinears()) {
-    if (!matchesAny(options.include, name) || matchesAny(options.exclude, name)) continue;
+    if (!matchesAny(include, name) || matchesAny(options.exclude, name)) continue;
     if (linear->inFeatures() % block != 0)
       throw Error("layer " + name + " has " + std::to_string(linear->inFeatures()) +
                       " inputs, not a multiple of the " + std::to_string(block) + "-element block",

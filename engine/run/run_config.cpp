@@ -131,7 +131,8 @@ const std::vector<Binding>& table() {
            integer("quant.calib_batches", 0, 1e6, "training batches for max calibration")),
       bind(&C::quantInclude,
            text("quant.include",
-                "comma-separated globs over Hugging Face module names (* crosses dots)")),
+                "comma-separated globs over Hugging Face module names (* crosses dots); auto: "
+                "the decoder layers' linears (gpt-oss: its experts)")),
       bind(&C::quantExclude,
            text("quant.exclude", "never quantized: the output layer, embeddings, MoE routers")),
       bind(&C::lr,
@@ -267,9 +268,22 @@ std::vector<std::string> differingKeys(const RunConfig& a, const RunConfig& b, b
     if (fa[i].second == fb[i].second || !(all || key.definesRun)) continue;
     if (key.isPath && files::samePath(table()[i].get(a).Scalar(), table()[i].get(b).Scalar()))
       continue;
+    // Runs from before quant.include=auto recorded its meaning for every architecture fp4lab
+    // had then (all but gpt-oss): model.layers.*. They are the same runs.
+    if (fa[i].first == "quant.include") {
+      const auto legacy = [](const std::string& v) { return v == "auto" ? "model.layers.*" : v; };
+      if (legacy(a.quantInclude) == legacy(b.quantInclude)) continue;
+    }
     out.push_back(fa[i].first);
   }
   return out;
+}
+
+std::vector<std::string> quantIncludePatterns(const std::string& include,
+                                              const std::string& architecture) {
+  if (include != "auto") return splitList(include);
+  if (architecture == "GptOssForCausalLM") return {"model.layers.*.mlp.experts.*"};
+  return {"model.layers.*"};
 }
 
 std::vector<std::string> splitList(const std::string& list) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -53,9 +54,13 @@ std::vector<uint16_t> randomBf16(int64_t n, float scale, std::mt19937& rng) {
   return out;
 }
 
+constexpr int64_t kExperts = 2;
+
 // A tiny Llama-shaped Hugging Face folder with random BF16 weights; each projection has its own
 // scale so the layers of a fused group have different amaxes. `shards` > 1 writes an index.
-void makeModel(const std::string& dir, int shards = 1, uint32_t seed = 7) {
+// `gptOss`: a GptOssForCausalLM instead, whose MLP is a router and two experts tensors per layer
+// (gate_up_proj [E, H, 2I], down_proj [E, I, H], with biases), Hugging Face's layout.
+void makeModel(const std::string& dir, int shards = 1, uint32_t seed = 7, bool gptOss = false) {
   fs::create_directories(dir);
   std::mt19937 rng(seed);
   std::vector<std::pair<std::string, std::vector<int64_t>>> tensors;
@@ -71,7 +76,19 @@ void makeModel(const std::string& dir, int shards = 1, uint32_t seed = 7) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(p + "input_layernorm.weight", {kHidden}, 1.0f);
     int i = 0;
-    for (const char* proj : kProj) add(p + proj + ".weight", projShape(proj), 0.02f * float(++i));
+    for (const char* proj : kProj) {
+      if (gptOss && std::string(proj).rfind("mlp.", 0) == 0) continue;
+      add(p + proj + ".weight", projShape(proj), 0.02f * float(++i));
+    }
+    if (gptOss) {
+      add(p + "self_attn.sinks", {4}, 1.0f);
+      add(p + "mlp.router.weight", {kExperts, kHidden}, 0.1f);
+      add(p + "mlp.router.bias", {kExperts}, 0.1f);
+      add(p + "mlp.experts.gate_up_proj", {kExperts, kHidden, 2 * kInter}, 0.03f);
+      add(p + "mlp.experts.gate_up_proj_bias", {kExperts, 2 * kInter}, 0.1f);
+      add(p + "mlp.experts.down_proj", {kExperts, kInter, kHidden}, 0.05f);
+      add(p + "mlp.experts.down_proj_bias", {kExperts, kHidden}, 0.1f);
+    }
     add(p + "post_attention_layernorm.weight", {kHidden}, 1.0f);
   }
   add("model.norm.weight", {kHidden}, 1.0f);
@@ -92,8 +109,8 @@ void makeModel(const std::string& dir, int shards = 1, uint32_t seed = 7) {
       writers[size_t(s)].write(dir + "/model-" + std::to_string(s) + ".safetensors");
     fp4lab::files::writeFileAtomically(dir + "/model.safetensors.index.json", index.dump());
   }
-  json config = {{"architectures", {"LlamaForCausalLM"}},
-                 {"model_type", "llama"},
+  json config = {{"architectures", {gptOss ? "GptOssForCausalLM" : "LlamaForCausalLM"}},
+                 {"model_type", gptOss ? "gpt_oss" : "llama"},
                  {"hidden_size", kHidden},
                  {"torch_dtype", "bfloat16"},
                  {"tie_word_embeddings", false}};
@@ -570,17 +587,73 @@ TEST_CASE("refusal, --force and atomicity", "[export]") {
   CHECK_FALSE(fs::exists(tmp.file("o2")));
 }
 
-TEST_CASE("gpt-oss-mxfp4 is refused with what is missing; formats and globs", "[export]") {
+TEST_CASE("gpt-oss-mxfp4: the experts' blocks and scales, and what it refuses", "[export]") {
   fp4lab::testing::TempDir tmp;
-  const std::string model = tmp.file("model");
+  const std::string model = tmp.file("model"), gptOss = tmp.file("gpt-oss");
   makeModel(model);
+  makeModel(gptOss, 1, 11, /*gptOss=*/true);
   CHECK_THROWS_WITH(ex::exportModel(options(model, tmp.file("o"), ex::Format::GptOssMxfp4)),
                     Contains("gpt-oss") && Contains("LlamaForCausalLM"));
-  json config = {{"architectures", {"GptOssForCausalLM"}}, {"model_type", "gpt_oss"}};
-  fp4lab::files::writeFileAtomically(model + "/config.json", config.dump());
-  CHECK_THROWS_WITH(ex::exportModel(options(model, tmp.file("o"), ex::Format::GptOssMxfp4)),
-                    Contains("no gpt-oss architecture") || Contains("does not have yet"));
+  for (ex::Format f : {ex::Format::ModelOptNvfp4, ex::Format::CompressedTensorsNvfp4,
+                       ex::Format::CompressedTensorsMxfp4})
+    CHECK_THROWS_WITH(ex::exportModel(options(gptOss, tmp.file("o"), f)),
+                      Contains("no place for gpt-oss's experts"));
+  ex::Options one = options(gptOss, tmp.file("o"), ex::Format::GptOssMxfp4);
+  one.exclude = {"model.layers.1.mlp.experts.down_proj"};
+  CHECK_THROWS_WITH(ex::exportModel(one), Contains("together") && Contains("model.layers.1"));
   CHECK_FALSE(fs::exists(tmp.file("o")));
+
+  // The layout: per experts tensor [E, rows, in / 32, 16] codes and [E, rows, in / 32] scales
+  // that decode (by hand) to the kernels' MXFP4 fake quantization of each expert's [out, in].
+  const std::string out = tmp.file("out");
+  ex::Options both = options(gptOss, out, ex::Format::GptOssMxfp4);
+  both.exclude = {"model.layers.1.mlp.experts.*"};
+  const ex::Summary summary = ex::exportModel(both);
+  CHECK(summary.quantAlgo == "MXFP4A16");
+  CHECK(summary.quantizedLayers == 2);
+  const Output o(out);
+  const fp4_config mx = fp4_default_config(FP4_FORMAT_MXFP4);
+  for (const auto& [proj, in, rows] : {std::tuple{"gate_up_proj", kHidden, 2 * kInter},
+                                       std::tuple{"down_proj", kInter, kHidden}}) {
+    const std::string name = std::string("model.layers.0.mlp.experts.") + proj;
+    INFO(name);
+    CHECK_FALSE(o.has(name));
+    CHECK(o.info(name + "_blocks").dtype == DType::U8);
+    CHECK(o.info(name + "_blocks").shape == std::vector<int64_t>{kExperts, rows, in / 32, 16});
+    CHECK(o.info(name + "_scales").shape == std::vector<int64_t>{kExperts, rows, in / 32});
+    CHECK(o.bytes(name + "_bias") == [&] {
+      SafetensorsFile f(gptOss + "/model.safetensors");
+      const uint8_t* d = f.data(f.at(name + "_bias"));
+      return std::vector<uint8_t>(d, d + f.at(name + "_bias").bytes());
+    }());
+    const std::vector<float> w = inputWeight(gptOss, name);  // [E, in, rows]
+    std::vector<float> t(w.size());
+    for (int64_t e = 0; e < kExperts; ++e)
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t r = 0; r < rows; ++r)
+          t[size_t((e * rows + r) * in + i)] = w[size_t((e * in + i) * rows + r)];
+    std::vector<float> fake(t.size());
+    REQUIRE(fp4_fake_quantize(&mx, t.data(), kExperts * rows, in, -1.0f, fake.data(), nullptr,
+                              nullptr, nullptr) == FP4_OK);
+    const std::vector<float> decoded = decodeByHand(
+        o.data(name + "_blocks"), o.data(name + "_scales"), kExperts * rows, in, 32, false, 1.0f);
+    CHECK(std::memcmp(decoded.data(), fake.data(), fake.size() * 4) == 0);
+    // Layer 1's experts were excluded together: kept as they were.
+    const std::string kept = std::string("model.layers.1.mlp.experts.") + proj;
+    CHECK(o.info(kept).dtype == DType::BF16);
+  }
+  CHECK(o.info("model.layers.0.self_attn.q_proj.weight").dtype == DType::BF16);
+  CHECK(o.info("model.layers.0.mlp.router.weight").dtype == DType::BF16);
+  const json q = json::parse(fp4lab::files::readFile(out + "/config.json"))["quantization_config"];
+  CHECK(q["quant_method"] == "mxfp4");
+  const std::vector<std::string> kept = q["modules_to_not_convert"];
+  CHECK(kept == std::vector<std::string>{"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                         "model.embed_tokens", "lm_head",
+                                         "model.layers.1.mlp.experts"});
+}
+
+TEST_CASE("export formats and globs", "[export]") {
+  fp4lab::testing::TempDir tmp;
   for (const std::string& name : ex::formatNames()) {
     REQUIRE(ex::parseFormat(name));
     CHECK(ex::formatName(*ex::parseFormat(name)) == name);

@@ -101,6 +101,45 @@ void writeModel(const QString& dir, const QString& quantFormat, bool withConfig 
   }
 }
 
+// A gpt-oss folder's header: attention and router linears, and per layer the two 3-D experts
+// tensors with their biases.
+void writeGptOssModel(const QString& dir) {
+  QByteArray header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  qint64 offset = 0;
+  auto tensor = [&](const QString& name, const QString& shape, qint64 bytes) {
+    header += QStringLiteral(",\"%1\":{\"dtype\":\"BF16\",\"shape\":%2,\"data_offsets\":[%3,%4]}")
+                  .arg(name, shape)
+                  .arg(offset)
+                  .arg(offset + bytes)
+                  .toUtf8();
+    offset += bytes;
+  };
+  tensor(QStringLiteral("model.embed_tokens.weight"), QStringLiteral("[64,32]"), 64 * 32 * 2);
+  for (int layer : {0, 1}) {
+    const QString p = QStringLiteral("model.layers.%1.").arg(layer);
+    for (const char* m :
+         {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"})
+      tensor(p + QString::fromLatin1(m) + ".weight", "[32,32]", 32 * 32 * 2);
+    tensor(p + "self_attn.sinks", "[4]", 8);
+    tensor(p + "mlp.router.weight", "[4,32]", 4 * 32 * 2);
+    tensor(p + "mlp.router.bias", "[4]", 8);
+    tensor(p + "mlp.experts.gate_up_proj", "[4,32,64]", 4 * 32 * 64 * 2);
+    tensor(p + "mlp.experts.gate_up_proj_bias", "[4,64]", 4 * 64 * 2);
+    tensor(p + "mlp.experts.down_proj", "[4,32,32]", 4 * 32 * 32 * 2);
+    tensor(p + "mlp.experts.down_proj_bias", "[4,32]", 4 * 32 * 2);
+  }
+  tensor(QStringLiteral("lm_head.weight"), QStringLiteral("[64,32]"), 64 * 32 * 2);
+  header += '}';
+  QByteArray file(8, '\0');
+  quint64 n = quint64(header.size());
+  for (int k = 0; k < 8; ++k) file[k] = char((n >> (8 * k)) & 0xff);
+  file += header;
+  file += QByteArray(offset, '\0');
+  writeFile(dir + "/model.safetensors", file);
+  writeFile(dir + "/config.json",
+            R"({"architectures":["GptOssForCausalLM"],"model_type":"gpt_oss"})");
+}
+
 // A dialog with its formats loaded from the real child.
 void waitForFormats(ExportDialog& d) {
   REQUIRE(waitFor([&] { return d.formatsLoaded(); }, 30000));
@@ -156,6 +195,28 @@ TEST_CASE("export dialog: a model folder's modules, defaults and format", "[expo
   CHECK(ExportDialog::modelDirOfRun(qs(tmp.file("none")), run + "/checkpoints/step-5") ==
         run + "/checkpoints/step-5");
   CHECK(ExportDialog::modelDirOfRun(qs(tmp.file("none"))).isEmpty());
+}
+
+TEST_CASE("export dialog: gpt-oss, its experts and its layout", "[export]") {
+  if (program().isEmpty()) FAIL("FP4LAB_BIN is not set (CTest sets it to the fp4lab executable)");
+  TempDir tmp;
+  const QString dir = qs(tmp.file("gpt-oss"));
+  writeGptOssModel(dir);
+  const ExportDialog::ModelInfo info = ExportDialog::inspectModel(dir);
+  CHECK(info.gptOss);
+  // The experts tensors are the quantized layers; attention, routers and lm_head stay BF16.
+  CHECK(info.linearModules.contains("model.layers.1.mlp.experts.gate_up_proj"));
+  CHECK(info.linearModules.contains("model.layers.0.mlp.experts.down_proj"));
+  CHECK_FALSE(info.linearModules.contains("model.layers.0.mlp.experts.down_proj_bias"));
+  CHECK(info.keptByDefault.contains("model.layers.0.self_attn.q_proj"));
+  CHECK(info.keptByDefault.contains("model.layers.1.mlp.router"));
+  CHECK(info.keptByDefault.contains("lm_head"));
+  for (const QString& m : info.keptByDefault) CHECK_FALSE(m.contains(".experts."));
+  ExportDialog d(program());
+  waitForFormats(d);
+  d.setModelDir(dir);
+  CHECK(d.offeredFormats() == QStringList({"gpt-oss-mxfp4", "bf16"}));
+  CHECK(d.format() == "gpt-oss-mxfp4");
 }
 
 TEST_CASE("export dialog: validation before start", "[export]") {

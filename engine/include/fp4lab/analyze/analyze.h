@@ -63,9 +63,12 @@ struct Options {
 };
 
 struct Layer {
-  std::string module;  // Hugging Face module name, e.g. model.layers.0.mlp.down_proj
-  std::string tensor;  // its weight, <module>.weight
-  int64_t rows = 0, cols = 0;
+  std::string module;          // Hugging Face module name, e.g. model.layers.0.mlp.down_proj
+  std::string tensor;          // its weight, <module>.weight (gpt-oss experts: the module itself)
+  int64_t rows = 0, cols = 0;  // as quantized: [out, in], blocks along the rows
+  // gpt-oss's experts tensors ([E, in, out], Hugging Face's layout): E, and the rows are
+  // E * out of the transposed [E, out, in]; 0 for a plain [out, in] linear weight.
+  int64_t experts = 0;
 };
 
 // One layer in one format.

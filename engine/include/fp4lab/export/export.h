@@ -1,5 +1,6 @@
 // Deployable checkpoints: a model folder (BF16 Hugging Face, or a run's model/ or checkpoint with
-// its quant_state.json) written as ModelOpt NVFP4, compressed-tensors NVFP4 / MXFP4 or plain BF16,
+// its quant_state.json) written as ModelOpt NVFP4, compressed-tensors NVFP4 / MXFP4, gpt-oss MXFP4
+// or plain BF16,
 // tensor by tensor from the memory-mapped input, sharded, atomically, then read back and checked
 // bit for bit against the kernels' fake quantization. Plain C++ (fp4lab_export: no LibTorch), so
 // the workbench's export dialog can call it in-process or through `fp4lab export`.
@@ -20,7 +21,7 @@ enum class Format {
   ModelOptNvfp4,           // modelopt-nvfp4: vLLM, SGLang, TensorRT-LLM
   CompressedTensorsNvfp4,  // compressed-tensors-nvfp4 (nvfp4-pack-quantized): vLLM, transformers
   CompressedTensorsMxfp4,  // compressed-tensors-mxfp4 (mxfp4-pack-quantized): vLLM, transformers
-  GptOssMxfp4,             // gpt-oss-mxfp4: gpt-oss models only (not implemented yet)
+  GptOssMxfp4,             // gpt-oss-mxfp4: gpt-oss models only (the experts in MXFP4)
   Bf16,                    // bf16: a plain Hugging Face folder
 };
 

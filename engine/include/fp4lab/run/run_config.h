@@ -44,7 +44,7 @@ struct RunConfig {
   std::string amaxMode = "frozen";     // frozen (calibrated) or dynamic (per call)
   bool sharedGroupScale = true;        // nvfp4: q/k/v, gate/up share one tensor scale (as exported)
   int64_t calibBatches = 4;
-  std::string quantInclude = "model.layers.*";
+  std::string quantInclude = "auto";  // see quantIncludePatterns
   std::string quantExclude = "*lm_head*,*embed*,*router*,*.gate";
   // eval.*
   std::string reference;  // KL to this BF16 model at every eval (empty: the qad teacher, or none)
@@ -108,5 +108,13 @@ std::vector<std::string> differingKeys(const RunConfig& a, const RunConfig& b, b
 // A comma-separated value (quant.include, eval.tasks, ...) as its items, blanks trimmed, empty
 // items dropped.
 std::vector<std::string> splitList(const std::string& list);
+
+// quant.include's patterns for a model of `architecture` (config.json's class name): "auto" means
+// what the published recipes quantize, every linear of the decoder layers
+// ("model.layers.*"), except for gpt-oss, where only the experts are
+// ("model.layers.*.mlp.experts.*": attention and routers stay BF16, as in the checkpoint OpenAI
+// ships).
+std::vector<std::string> quantIncludePatterns(const std::string& include,
+                                              const std::string& architecture);
 
 }  // namespace fp4lab::run
