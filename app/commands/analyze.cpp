@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "fp4lab/analyze/analyze.h"
 #include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
+#include "fp4lab/run/model.h"
 #include "progress.h"
 
 namespace fp4lab::cli {
@@ -113,6 +115,25 @@ int runAnalyze(const std::vector<std::string>& rawArgs) {
       std::fprintf(stderr, "\ranalyze %3d%%  %-60.60s", int(100 * p.done / p.total),
                    p.layer.c_str());
   };
+  // An export folder: its weights as deployed, decoded exactly into a temporary F32 folder.
+  const std::string layout = run::quantizedLayoutOf(options.modelDir);
+  std::string decoded;
+  struct Cleanup {
+    std::string& dir;
+    ~Cleanup() {
+      if (!dir.empty()) files::removeTree(dir);
+    }
+  } cleanup{decoded};
+  if (!layout.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    decoded =
+        files::makeTemporaryDirectory(files::join(tmp && *tmp ? tmp : "/tmp", "fp4lab-analyze-"));
+    run::importModelFolder(options.modelDir, files::join(decoded, "model"), /*float32=*/true,
+                           false);
+    std::fprintf(stderr, "%s: a %s export, analyzed as its decoded weights\n",
+                 options.modelDir.c_str(), layout.c_str());
+    options.modelDir = files::join(decoded, "model");
+  }
   const analyze::Analysis a = analyze::analyzeModel(options, progress, &stopRequested());
   if (tty) std::fprintf(stderr, "\r%80s\r", "");
   if (!output.empty()) {

@@ -430,7 +430,8 @@ int runEval(const std::vector<std::string>& argv) {
                r.meanLoss, r.tokens, r.rows, std::exp(r.meanLoss),
                info.quantized     ? ("the fake-quantized model, " + info.quantization).c_str()
                : load.bf16Weights ? "the BF16 weights (--bf16)"
-                                  : "the BF16 model");
+               : info.quantization != "bf16" ? info.quantization.c_str()
+                                             : "the BF16 model");
   return 0;
 }
 

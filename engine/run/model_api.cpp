@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "fp4lab/data/chat_template.h"
+#include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
 #include "model/generate.h"
 #include "run/model_source.h"
@@ -40,6 +41,34 @@ Model Model::load(const std::string& path, const ModelLoadOptions& options) {
   info.quantized = !impl->bundle.quantizers.empty();
   info.hasTokenizer = impl->bundle.hasTokenizer();
   return Model(std::move(impl));
+}
+
+FolderImportSummary importModelFolder(const std::string& source, const std::string& outputDir,
+                                      bool float32, bool force) {
+  if (outputDir.empty()) throw Error("no output folder", "--output-dir", "pass --output-dir OUT");
+  const std::string out = files::withoutTrailingSlash(outputDir);
+  if (files::exists(out)) {
+    if (!files::isDirectory(out))
+      throw Error("the output exists and is not a folder", out, "choose another --output-dir");
+    if (files::samePath(out, source))
+      throw Error("the output folder is the source folder", out, "choose another --output-dir");
+    if (!files::listDirectory(out).empty() && !force)
+      throw Error("the output folder is not empty", out,
+                  "pass --force to replace it, or choose another --output-dir");
+  }
+  const torch::Dtype dtype = float32 ? torch::kFloat32 : torch::kBFloat16;
+  // The decoded weights themselves (no fake quantizers), rounded once into `dtype`.
+  ModelBundle bundle = loadModelBundle(source, dtype, 0, /*bf16Weights=*/true);
+  FolderImportSummary summary;
+  summary.layout = bundle.exportFormat.empty() ? "hf" : bundle.exportFormat;
+  summary.architecture = model::architectureName(bundle.model->config().architecture);
+  for (const auto& p : bundle.model->parameters()) {
+    summary.parameters += p.numel();
+    ++summary.tensors;
+  }
+  bundle.model->mutableConfig().torchDtype = float32 ? "float32" : "bfloat16";
+  saveModelBundle(bundle, out, dtype, {});
+  return summary;
 }
 
 const ModelInfo& Model::info() const {

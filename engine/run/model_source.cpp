@@ -97,14 +97,22 @@ void checkModelFolder(const fs::path& dir) {
 
 // Which quantized layout a folder holds (nullopt: a plain Hugging Face folder).
 struct ExportLayout {
-  std::string name;  // "modelopt-nvfp4", "compressed-tensors-nvfp4", "compressed-tensors-mxfp4"
+  std::string name;  // "modelopt-nvfp4", "compressed-tensors-nvfp4", "compressed-tensors-mxfp4",
+                     // "gpt-oss-mxfp4"
   fp4_format format = FP4_FORMAT_NVFP4;
   bool modelopt = false;
   bool mxActivations = false;  // compressed-tensors MXFP4: input_activations configured
+  bool gptOss = false;         // <experts tensor>_blocks / _scales, Hugging Face's gpt-oss layout
+  bool fromFp4lab = false;     // the quantization config's producer is fp4lab export
 };
 
 std::string jsonText(const nlohmann::json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+bool producedByFp4lab(const nlohmann::json& j) {
+  return j.is_object() && j.contains("producer") && j["producer"].is_object() &&
+         jsonText(j["producer"], "name") == "fp4lab";
 }
 
 std::optional<ExportLayout> exportLayoutOf(const fs::path& dir) {
@@ -128,7 +136,15 @@ std::optional<ExportLayout> exportLayoutOf(const fs::path& dir) {
     if (algo != "NVFP4" && algo != "W4A16_NVFP4")
       throw Error("ModelOpt quant_algo '" + algo + "' is not one fp4lab decodes", configPath,
                   "fp4lab reads ModelOpt's NVFP4 and W4A16_NVFP4 (what fp4lab export writes)");
-    return ExportLayout{"modelopt-nvfp4", FP4_FORMAT_NVFP4, true, false};
+    ExportLayout l{"modelopt-nvfp4", FP4_FORMAT_NVFP4, true, false};
+    l.fromFp4lab = producedByFp4lab(q);
+    return l;
+  }
+  if (method == "mxfp4") {
+    // Hugging Face's gpt-oss checkpoints (OpenAI's, and fp4lab export --format gpt-oss-mxfp4).
+    ExportLayout l{"gpt-oss-mxfp4", FP4_FORMAT_MXFP4, false, false, true};
+    l.fromFp4lab = producedByFp4lab(q);
+    return l;
   }
   if (method == "compressed-tensors") {
     const std::string format = jsonText(q, "format");
@@ -148,6 +164,7 @@ std::optional<ExportLayout> exportLayoutOf(const fs::path& dir) {
         if (g.value().is_object() && g.value().contains("input_activations") &&
             !g.value()["input_activations"].is_null())
           l.mxActivations = true;
+    l.fromFp4lab = producedByFp4lab(q);
     return l;
   }
   return std::nullopt;
@@ -233,7 +250,10 @@ void loadExportFolder(const fs::path& dir, const ExportLayout& layout, torch::Dt
 
   const bool nv = layout.format == FP4_FORMAT_NVFP4;
   const int64_t block = fp4_block_size(layout.format);
-  const std::string codesSuffix = layout.modelopt ? ".weight" : ".weight_packed";
+  const std::string codesSuffix = layout.gptOss     ? "_blocks"
+                                  : layout.modelopt ? ".weight"
+                                                    : ".weight_packed";
+  const std::string scalesSuffix = layout.gptOss ? "_scales" : ".weight_scale";
   // The quantized layers, in file order, and the parts that belong to them.
   std::vector<std::string> modules;
   std::set<std::string> parts;
@@ -242,10 +262,11 @@ void loadExportFolder(const fs::path& dir, const ExportLayout& layout, torch::Dt
         name.compare(name.size() - codesSuffix.size(), codesSuffix.size(), codesSuffix) != 0)
       continue;
     const std::string m = name.substr(0, name.size() - codesSuffix.size());
-    if (find(name)->dtype != io::DType::U8 || !find(m + ".weight_scale")) continue;
+    if (find(name)->dtype != io::DType::U8 || !find(m + scalesSuffix)) continue;
     modules.push_back(m);
-    for (const char* s : {".weight", ".weight_packed", ".weight_scale", ".weight_scale_2",
-                          ".weight_global_scale", ".input_scale", ".input_global_scale"})
+    for (const char* s :
+         {".weight", ".weight_packed", ".weight_scale", ".weight_scale_2", ".weight_global_scale",
+          ".input_scale", ".input_global_scale", "_blocks", "_scales"})
       parts.insert(m + s);
   }
   if (modules.empty())
@@ -287,18 +308,32 @@ void loadExportFolder(const fs::path& dir, const ExportLayout& layout, torch::Dt
   for (const std::string& m : modules) {
     const std::string where = dir.string() + ", layer " + m;
     const io::TensorInfo& ci = *find(m + codesSuffix);
-    const io::TensorInfo& si = *find(m + ".weight_scale");
-    if (ci.shape.size() != 2) throw Error("packed codes are not a matrix", where);
-    const int64_t rows = ci.shape[0], cols = ci.shape[1] * 2;
-    const io::DType scaleType = nv ? io::DType::F8_E4M3 : io::DType::U8;
-    if (si.dtype != scaleType || si.shape != std::vector<int64_t>{rows, cols / block})
-      throw Error("weight_scale is " + std::string(io::dtypeName(si.dtype)) +
-                      " and not the [rows, inputs / " + std::to_string(block) + "] " +
-                      io::dtypeName(scaleType) + " of " + layout.name,
-                  where);
+    const io::TensorInfo& si = *find(m + scalesSuffix);
+    int64_t rows = 0, cols = 0, experts = 0;
+    if (layout.gptOss) {
+      // [E, out, in / 32, 16] codes and [E, out, in / 32] E8M0 scales.
+      if (ci.shape.size() != 4 || ci.shape[3] != block / 2)
+        throw Error("the blocks are not [experts, rows, blocks, 16] bytes", where);
+      experts = ci.shape[0];
+      rows = ci.shape[0] * ci.shape[1];
+      cols = ci.shape[2] * block;
+      if (si.dtype != io::DType::U8 ||
+          si.shape != std::vector<int64_t>{ci.shape[0], ci.shape[1], ci.shape[2]})
+        throw Error("the scales are not the [experts, rows, blocks] U8 (E8M0) of gpt-oss-mxfp4",
+                    where);
+    } else {
+      if (ci.shape.size() != 2) throw Error("packed codes are not a matrix", where);
+      rows = ci.shape[0], cols = ci.shape[1] * 2;
+      const io::DType scaleType = nv ? io::DType::F8_E4M3 : io::DType::U8;
+      if (si.dtype != scaleType || si.shape != std::vector<int64_t>{rows, cols / block})
+        throw Error("weight_scale is " + std::string(io::dtypeName(si.dtype)) +
+                        " and not the [rows, inputs / " + std::to_string(block) + "] " +
+                        io::dtypeName(scaleType) + " of " + layout.name,
+                    where);
+    }
     std::vector<uint8_t> codes(size_t(ci.bytes())), scales(size_t(si.bytes()));
     std::memcpy(codes.data(), fileOf(m + codesSuffix)->data(ci), codes.size());
-    std::memcpy(scales.data(), fileOf(m + ".weight_scale")->data(si), scales.size());
+    std::memcpy(scales.data(), fileOf(m + scalesSuffix)->data(si), scales.size());
     float s2 = 1.0f, amax = -1.0f, inputAmax = NAN;
     if (nv) {
       if (layout.modelopt) {
@@ -334,7 +369,12 @@ void loadExportFolder(const fs::path& dir, const ExportLayout& layout, torch::Dt
       }
     if (!nv) amax = fp4_tensor_amax(w.data(), int64_t(w.size()));
     amaxes[m] = {amax, inputAmax};
-    if (!store(m + ".weight", torch::from_blob(w.data(), {rows, cols}, torch::kFloat32)))
+    const bool stored =
+        layout.gptOss
+            ? store(m, torch::from_blob(w.data(), {experts, rows / experts, cols}, torch::kFloat32)
+                           .transpose(1, 2))  // back to Hugging Face's [E, in, out]
+            : store(m + ".weight", torch::from_blob(w.data(), {rows, cols}, torch::kFloat32));
+    if (!stored)
       throw Error("the export holds layer " + m + ", which the model lacks", dir.string(),
                   "config.json does not match the weights");
   }
@@ -374,12 +414,20 @@ void loadExportFolder(const fs::path& dir, const ExportLayout& layout, torch::Dt
       chosen = c;
       break;
     }
-  if (chosen == candidates.size())
+  if (chosen == candidates.size()) {
+    // Another tool's scale choices (OpenAI's gpt-oss checkpoint, llm-compressor's, ModelOpt's):
+    // the decoded weights are the model, and no fp4lab quantizer reproduces its codes.
+    if (!layout.fromFp4lab) {
+      b.decodedOnly = true;
+      return;
+    }
     throw Error("the " + layout.name +
                     " weights are not what fp4lab's fake quantization gives with the file's "
-                    "scales (not written by fp4lab export?)",
+                    "scales, though fp4lab export wrote them",
                 dir.string(),
-                "score its decoded weights without fake quantizers: --bf16 (model.bf16_weights)");
+                "score its decoded weights without fake quantizers: --bf16 (model.bf16_weights), "
+                "and please report this");
+  }
   quant::QuantOptions o;
   o.format = layout.format;
   o.scaleRule = candidates[chosen].scale_rule;
@@ -503,6 +551,12 @@ std::string builtinModelPath() {
   return buildBuiltinModel(cached.string(), true);
 }
 
+std::string quantizedLayoutOf(const std::string& dir) {
+  if (!fs::is_directory(dir) || !fs::exists(fs::path(dir) / "config.json")) return "";
+  const std::optional<ExportLayout> layout = exportLayoutOf(dir);
+  return layout ? layout->name : "";
+}
+
 const data::Tokenizer& ModelBundle::tokenizer(const std::string& why) const {
   if (!loadedTokenizer) {
     loadedTokenizer = tokenizerFrom(tokenizerFiles, source, why);
@@ -525,7 +579,11 @@ bool ModelBundle::hasTokenizer() const {
 }
 
 std::string ModelBundle::quantization() const {
-  if (quantizers.empty()) return "bf16";
+  if (quantizers.empty())
+    return decodedOnly ? "the decoded weights of a " + exportFormat +
+                             " folder, without fake quantizers (its block scales are not "
+                             "fp4lab's rule)"
+                       : "bf16";
   return quantOptions.describe() + " (" + std::to_string(quantizers.size()) + " layers)" +
          (exportFormat.empty() ? "" : ", decoded from a " + exportFormat + " export folder");
 }

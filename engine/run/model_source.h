@@ -31,6 +31,9 @@ struct ModelBundle {
   // "compressed-tensors-mxfp4"; empty: a Hugging Face folder): its quantized weights were decoded
   // on load and, unless bf16Weights, fake quantizers with the file's scales attached.
   std::string exportFormat;
+  // An export folder from another tool whose codes no fp4lab quantizer reproduces: loaded as its
+  // decoded weights, without quantizers.
+  bool decodedOnly = false;
 
   // The tokenizer (tokenizer.json, or fp4lab's byte tokenizer); throws fp4lab::Error saying what
   // is missing when the folder has none. `why`: what needs it, for the message.

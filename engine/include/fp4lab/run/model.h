@@ -76,6 +76,24 @@ class Model {
   std::unique_ptr<Impl> m_impl;
 };
 
+// `fp4lab import` of a folder: any model folder fp4lab loads (an export in any format it writes,
+// Hugging Face's gpt-oss MXFP4 checkpoint, a run's model with or without its quantizers, a plain
+// Hugging Face folder) decoded exactly and written as a plain Hugging Face folder in BF16 (the
+// round-to-nearest-even of the exact decode) or F32, that transformers loads. A non-empty
+// `outputDir` is refused unless `force`; the folder is written under a temporary name and renamed.
+struct FolderImportSummary {
+  std::string layout;        // "modelopt-nvfp4", "gpt-oss-mxfp4", ... or "hf" (a plain folder)
+  std::string architecture;  // config.json's class name
+  int64_t parameters = 0;
+  int64_t tensors = 0;
+};
+// The quantized layout of a model folder ("modelopt-nvfp4", "compressed-tensors-nvfp4",
+// "compressed-tensors-mxfp4", "gpt-oss-mxfp4"), or "" for a plain Hugging Face folder (or
+// anything else).
+std::string quantizedLayoutOf(const std::string& dir);
+FolderImportSummary importModelFolder(const std::string& source, const std::string& outputDir,
+                                      bool float32, bool force);
+
 // The folder of the built-in base model: the one shipped in resources/models/tiny-v2 (or installed
 // under share/fp4lab), else a copy built once into the cache.
 std::string builtinModelPath();
