@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
 #include "fp4lab/export/export.h"
+#include "fp4lab/run/runner.h"
 #include "progress.h"
 
 namespace fp4lab::cli {
@@ -20,7 +22,7 @@ namespace {
 const char* kUsage =
     "fp4lab export MODEL_DIR --format FORMAT --output-dir OUT [--exclude GLOB]...\n"
     "              [--scale-rule ceil|floor] [--max-shard-size SIZE] [--force] [--no-verify]\n"
-    "              [--events jsonl]\n"
+    "              [--calib-data FILE.jsonl [--calib-batches N]] [--events jsonl]\n"
     "       fp4lab export --list-formats";
 
 void printHelp() {
@@ -50,6 +52,10 @@ void printHelp() {
       "  --max-shard-size SIZE   shard above this size (default 5GB; 500MB, 2GiB, ...)\n"
       "  --force                 replace a non-empty OUT\n"
       "  --no-verify             skip the read-back check\n"
+      "  --calib-data FILE       a model without quant_state.json (a BF16 folder): calibrate\n"
+      "                          the input amaxes on FILE's rows (JSONL, as data.train) and\n"
+      "                          export W4A4 with input scales (quant_algo NVFP4 / MXFP4)\n"
+      "  --calib-batches N       batches of 8 rows for that calibration (default 8)\n"
       "  --events jsonl          one JSON object per line on stdout (progress: stage, tensor,\n"
       "                          done, total; then finished with the summary, failed or\n"
       "                          cancelled with a message); the summary text goes to stderr\n"
@@ -115,7 +121,9 @@ int runExport(const std::vector<std::string>& argvIn) {
       start = comma + 1;
     }
   }
-  Args args("export", argv, {"format", "output-dir", "scale-rule", "max-shard-size", "events"},
+  Args args("export", argv,
+            {"format", "output-dir", "scale-rule", "max-shard-size", "events", "calib-data",
+             "calib-batches"},
             {"force", "no-verify", "help", "list-formats"});
   if (args.has("help")) {
     printHelp();
@@ -146,6 +154,60 @@ int runExport(const std::vector<std::string>& argvIn) {
   options.verify = !args.has("no-verify");
 
   installStopHandlers();
+  const std::string source = options.modelDir;
+  // --calib-data: a PTQ run (W4A4, max calibration) of the model into a hidden folder next to OUT,
+  // whose model/ (the same weights, with quant_state.json) is what gets exported.
+  std::string calibration;
+  struct Cleanup {
+    std::string& dir;
+    ~Cleanup() {
+      if (!dir.empty()) files::removeTree(dir);
+    }
+  } cleanup{calibration};
+  if (args.has("calib-batches") && !args.has("calib-data"))
+    throw Error("--calib-batches without --calib-data", "--calib-batches",
+                "pass --calib-data FILE.jsonl with the rows to calibrate on");
+  if (args.has("calib-data")) {
+    const std::string data = args.get("calib-data", "");
+    const exporter::Format f = options.format;
+    if (f == exporter::Format::Bf16 || f == exporter::Format::GptOssMxfp4)
+      throw Error(std::string("--calib-data calibrates input scales, and ") +
+                      exporter::formatName(f) + " has none (it is weight-only)",
+                  "--calib-data", "leave --calib-data out, or choose an NVFP4 or MXFP4 layout");
+    if (files::exists(files::join(options.modelDir, "quant_state.json")))
+      throw Error(
+          "the model already carries its quantizers and calibrated amaxes "
+          "(quant_state.json)",
+          options.modelDir, "export it without --calib-data");
+    run::RunConfig c;
+    c.name = "export-calibration";
+    c.recipe = "ptq";
+    c.modelPath = options.modelDir;
+    c.trainData = data;
+    c.quantFormat = f == exporter::Format::CompressedTensorsMxfp4 ? "mxfp4" : "nvfp4";
+    c.quantActivations = true;
+    if (!options.scaleRule.empty()) c.scaleRule = options.scaleRule;
+    c.calibBatches = args.integer("calib-batches", 8, 1, 100000);
+    for (const std::string& g : exclude) c.quantExclude += "," + g;
+    c.evalBatches = 1;
+    c.validationMax = 8;
+    c.validate();
+    const std::string out = files::withoutTrailingSlash(options.outputDir);
+    const std::string parent = files::parentOf(out);
+    files::createDirectories(parent);
+    calibration =
+        files::makeTemporaryDirectory(files::join(parent, "." + files::baseName(out) + ".calib-"));
+    run::RunOptions ro;
+    ro.runDir = files::join(calibration, "run");
+    ro.stopRequested = &stopRequested();
+    std::fprintf(stderr, "calibrating the input amaxes on %s (%lld batches of %d rows)\n",
+                 data.c_str(), static_cast<long long>(c.calibBatches), c.batchSize);
+    const run::RunResult r = run::executeRun(c, ro);
+    if (r.state != RunState::Finished)
+      throw Error("the calibration did not finish: " + r.message, data,
+                  "check the rows (chat or input_ids JSONL, as data.train)");
+    options.modelDir = files::join(ro.runDir, "model");
+  }
   const bool tty = ::isatty(2);
   std::string lastStage;
   int lastPercent = -1;
@@ -181,7 +243,10 @@ int runExport(const std::vector<std::string>& argvIn) {
   if (tty && !lastStage.empty()) std::fprintf(stderr, "\n");
 
   FILE* out = jsonl ? stderr : stdout;
-  std::fprintf(out, "exported %s -> %s\n", options.modelDir.c_str(), s.outputDir.c_str());
+  std::fprintf(out, "exported %s -> %s\n", source.c_str(), s.outputDir.c_str());
+  if (!calibration.empty())
+    std::fprintf(out, "  calibrated on    %s (input amaxes by max calibration)\n",
+                 args.get("calib-data", "").c_str());
   std::fprintf(out, "  format           %s (%s)\n", s.format.c_str(), s.quantAlgo.c_str());
   std::fprintf(out, "  from             %s\n", s.source.c_str());
   std::fprintf(

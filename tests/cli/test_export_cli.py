@@ -19,14 +19,20 @@ NVFP4 W4A4, NVFP4 W4A16, MXFP4 W4A4) are exported in every format, then:
   MXFP4 W4A16 (exact weights, fp32): |dCE| < 1e-4 per row; NVFP4 W4A16: mean |dCE| < 0.05, per
   row 0.1 (transformers holds the decoded weights in BF16); W4A4 with
   compressed-tensors' own activation fake quantization, in BF16: NVFP4 mean < 0.15, row 0.25;
-  MXFP4 mean < 0.2, row 0.3 (its activation scale rule differs from fp4lab's ceil);
+  MXFP4 mean < 0.2, row 0.3 (its activation scale rule differs from fp4lab's ceil:
+  compressed_tensors.quantization.utils.mxfp_utils.generate_mx_scales takes
+  floor(log2(amax rounded to a power of two once its significand reaches 1.75)) - 2, which
+  clips blocks whose amax is in [6, 7) x 2^k; fp4lab's ceil never clips);
 - fp4lab reads its exports back (decoded on load, fake-quantized with the file's scales):
   `fp4lab eval` of every NVFP4 and MXFP4 export folder gives the run's model's per-row loss bit
   for bit (compressed-tensors NVFP4: whenever its reciprocal global scales 2688 / amax name one
   scale amax / 2688, which about one amax in seven does not; then within 1e-5), and says
   "scored: ... decoded from a <format> export folder";
 - the ModelOpt layout, field by field (modelopt itself is not installable here);
-- a non-empty output folder is refused and left untouched; --exclude keeps layers in BF16.
+- a non-empty output folder is refused and left untouched; --exclude keeps layers in BF16;
+- --calib-data: the built-in BF16 model exported as NVFP4 W4A4 with input scales calibrated on
+  builtin:sft gives, under `fp4lab eval`, the loss of a PTQ run with the same calibration, bit
+  for bit; weight-only layouts and models that carry their quantizers are refused.
 Needs the venv with transformers, compressed-tensors, safetensors and torch (PYTHON in CTest)."""
 import json
 import os
@@ -107,6 +113,11 @@ def eval_rows(tmp):
 
 def fp4lab_loss(model_dir, rows):
     out = run(["eval", model_dir, "--data", rows, "--per-example"]).stdout
+    return [json.loads(line)["loss"] for line in out.strip().split("\n")]
+
+
+def run_loss_bf16(model_dir, rows):
+    out = run(["eval", model_dir, "--data", rows, "--per-example", "--bf16"]).stdout
     return [json.loads(line)["loss"] for line in out.strip().split("\n")]
 
 
@@ -411,6 +422,67 @@ def main():
                  os.path.join(tmp, "gptoss")], expect=2)
         if "gpt-oss" not in p.stderr or os.path.exists(os.path.join(tmp, "gptoss")):
             fail("gpt-oss-mxfp4: " + p.stderr)
+
+        # --calib-data: a BF16 folder exported W4A4 with input scales calibrated on the rows is,
+        # bit for bit in the loss, the PTQ run of the same calibration.
+        base = run(["base-model"]).stdout.strip().splitlines()[-1]
+        out = os.path.join(tmp, "calibrated")
+        p = run(["export", base, "--format", "modelopt-nvfp4", "--output-dir", out,
+                 "--calib-data", "builtin:sft", "--calib-batches", "2"])
+        if "calibrated on    builtin:sft" not in p.stdout or "(NVFP4)" not in p.stdout:
+            fail(f"--calib-data summary: {p.stdout}")
+        hf = json.load(open(os.path.join(out, "hf_quant_config.json")))["quantization"]
+        t = tensors(out)
+        scales = [k for k in t if k.endswith(".weight_scale_2")]
+        if hf["quant_algo"] != "NVFP4" or not scales or any(
+                k.replace("weight_scale_2", "input_scale") not in t for k in scales):
+            fail(f"--calib-data: quant_algo {hf['quant_algo']}, input scales missing")
+        if [f for f in os.listdir(tmp) if ".calib-" in f]:
+            fail("--calib-data left its calibration folder behind")
+        ptq = os.path.join(tmp, "run-ptq")
+        run(["train", "--defaults", f"model.path={base}", "data.train=builtin:sft",
+             "recipe.name=ptq", "quant.format=nvfp4", "quant.calib_batches=2",
+             "train.eval_batches=1", "data.validation_max=8", "--output-dir", ptq])
+        want, got = fp4lab_loss(os.path.join(ptq, "model"), rows), fp4lab_loss(out, rows)
+        if want != got:
+            fail(f"--calib-data export {got} is not the PTQ run's model {want}")
+        for args, words in [(["--format", "bf16"], "weight-only"),
+                            (["--format", "gpt-oss-mxfp4"], "weight-only")]:
+            p = run(["export", base, "--output-dir", os.path.join(tmp, "refused"),
+                     "--calib-data", "builtin:sft"] + args, expect=2)
+            if words not in p.stderr or os.path.exists(os.path.join(tmp, "refused")):
+                fail(f"--calib-data {args}: {p.stderr}")
+        p = run(["export", model, "--format", "modelopt-nvfp4", "--output-dir",
+                 os.path.join(tmp, "refused"), "--calib-data", "builtin:sft"], expect=2)
+        if "quant_state.json" not in p.stderr:
+            fail(f"--calib-data on a run's model: {p.stderr}")
+        print(f"--calib-data: {len(scales)} input scales; the loss is the PTQ run's, bit for bit")
+
+        # Another tool's NVFP4 checkpoint (no fp4lab producer) whose codes no fp4lab quantizer
+        # reproduces (one block's codes all set to 0.5): it loads as its decoded weights, without
+        # fake quantizers, and eval says so.
+        src = os.path.join(tmp, "nvfp4-w4a16-modelopt-nvfp4")
+        foreign = os.path.join(tmp, "foreign-nvfp4")
+        os.makedirs(foreign)
+        t = {k: v.clone() for k, v in tensors(src).items()}
+        layer = "model.layers.0.mlp.down_proj"
+        codes = t[layer + ".weight"]
+        codes[0, :8] = 0x11  # 16 elements of +0.5 (E2M1 code 1, two a byte)
+        from safetensors.torch import save_file
+        save_file(t, os.path.join(foreign, "model.safetensors"), metadata={"format": "pt"})
+        config = json.load(open(os.path.join(src, "config.json")))
+        del config["quantization_config"]["producer"]
+        json.dump(config, open(os.path.join(foreign, "config.json"), "w"))
+        scored = run(["eval", foreign, "--data", rows]).stdout
+        if "decoded weights of a modelopt-nvfp4 folder, without fake quantizers" not in scored:
+            fail(f"a foreign NVFP4 checkpoint: {scored}")
+        if fp4lab_loss(foreign, rows) != run_loss_bf16(foreign, rows):
+            fail("a foreign NVFP4 checkpoint is not scored as its decoded weights")
+        with open(os.path.join(foreign, "config.json"), "w") as f:  # fp4lab's: a bug, refused
+            json.dump(json.load(open(os.path.join(src, "config.json"))), f)
+        p = run(["eval", foreign, "--data", rows], expect=2)
+        if "please report" not in p.stderr:
+            fail(f"fp4lab's own export that does not re-quantize: {p.stderr}")
     print("export: all checks passed")
 
 
