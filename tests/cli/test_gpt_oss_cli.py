@@ -4,7 +4,8 @@ that transformers itself builds (sinks, alternating sliding/full layers, YaRN, t
 of the experts, biases everywhere), with weights of order one so that every ingredient matters:
 - `fp4lab eval` of transformers' fp32 folder: the per-row losses equal transformers' within
   2e-6 relative (fp32 both, eager attention);
-- SFT, QAT (MXFP4 W4A16, the experts quantized: quant.include=auto) and QAD (NVFP4) run on it;
+- SFT, QAT (MXFP4 W4A16, the experts quantized: quant.include=auto) and QAD (NVFP4) run on it,
+  and SFT runs from the MXFP4 export upcast to BF16 (model.bf16_weights), the seeds' pipeline;
   the SFT model fp4lab writes loads in transformers with the same per-row losses (fp4lab's
   config.json and tensor names are transformers');
 - `fp4lab export --format gpt-oss-mxfp4` of the QAT model: the layout (`_blocks` U8
@@ -242,6 +243,15 @@ def main():
         d_foreign = close(fp4lab_losses(other, rows),
                           hf_losses(load_hf(other, quantization_config=Mxfp4Config(dequantize=True)),
                                     rows), 2e-6, "a foreign gpt-oss checkpoint")
+
+        # 3c. The seeds' pipeline: from the MXFP4 checkpoint, upcast (model.bf16_weights), SFT.
+        p = run(["train", "--defaults", f"model.path={ex}", f"data.train={data}",
+                 "recipe.name=sft", "train.max_steps=1", "--output-dir",
+                 os.path.join(tmp, "refused-sft")], expect=2)
+        if "model.bf16_weights=true" not in p.stderr:
+            fail(f"SFT from the MXFP4 checkpoint without bf16_weights: {p.stderr}")
+        train(ex, os.path.join(tmp, "sft-from-mxfp4"), data,
+              ["recipe.name=sft", "model.bf16_weights=true"])
 
         # 4. import and analyze take the export folder.
         imported = os.path.join(tmp, "imported")
