@@ -105,6 +105,14 @@ void attentionProbs(const float* s, const float* lse, float scale, int64_t first
                     int64_t cols, float* p, uint16_t* pb) {
   active()->attentionProbs(s, lse, scale, firstRow, rows, cols, p, pb);
 }
+void klForward(const KlArgs& args, float* stats, float* kl) {
+  active()->klForward(args, stats, kl);
+}
+
+void klBackward(const KlArgs& args, const float* stats, const float* scale, void* ds) {
+  active()->klBackward(args, stats, scale, ds);
+}
+
 void attentionScoreGrad(const float* p, const float* dp, const float* delta, int64_t firstRow,
                         int64_t rows, int64_t cols, uint16_t* ds) {
   active()->attentionScoreGrad(p, dp, delta, firstRow, rows, cols, ds);

@@ -69,6 +69,24 @@ void attentionProbs(const float* s, const float* lse, float scale, int64_t first
 void attentionScoreGrad(const float* p, const float* dp, const float* delta, int64_t firstRow,
                         int64_t rows, int64_t cols, uint16_t* ds);
 
+// Distillation's KL(p || q) per row, of teacher logits t and student logits s ([rows, cols], one
+// type), at inverse temperature invT: with a = t invT - max(t invT), b = s invT - max(s invT),
+// Zt = sum exp(a), Zs = sum exp(b),
+//   kl[r] = sum(exp(a) (a - b)) / Zt - log Zt + log Zs        (= sum p (log p - log q))
+// and stats[4 r ..] = {max(t invT), log Zt, max(s invT), log Zs} for the backward. Two passes over
+// each row; sums over 16 fixed lanes.
+struct KlArgs {
+  Type type;
+  const void* t;
+  const void* s;
+  int64_t rows, cols;
+  float invT;
+};
+void klForward(const KlArgs& args, float* stats, float* kl);
+// ds[r][c] = scale[r] * (q - p) with q = exp(s invT - stats[2] - stats[3]) and
+// p = exp(t invT - stats[0] - stats[1]); ds in args.type.
+void klBackward(const KlArgs& args, const float* stats, const float* scale, void* ds);
+
 // Which variant runs ("avx512", "avx2" or "generic"), and a switch for tests that compare them
 // (nullptr restores the automatic choice). Not thread-safe: set it before running anything.
 const char* isaName();

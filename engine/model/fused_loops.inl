@@ -305,12 +305,89 @@ void attentionScoreGrad(const float* p, const float* dp, const float* delta, int
   }
 }
 
+template <class T>
+void klForwardRows(const T* t, const T* s, int64_t rows, int64_t cols, float invT, float* stats,
+                   float* kl) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* tr = t + r * cols;
+    const T* sr = s + r * cols;
+    float maxT[kLanes], maxS[kLanes];
+    for (int l = 0; l < kLanes; ++l) maxT[l] = maxS[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + kLanes <= cols; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        maxT[l] = std::max(maxT[l], load(tr, j + l) * invT);
+        maxS[l] = std::max(maxS[l], load(sr, j + l) * invT);
+      }
+    for (int l = 0; j < cols; ++j, ++l) {
+      maxT[l] = std::max(maxT[l], load(tr, j) * invT);
+      maxS[l] = std::max(maxS[l], load(sr, j) * invT);
+    }
+    float mt = maxT[0], ms = maxS[0];
+    for (int l = 1; l < kLanes; ++l) mt = std::max(mt, maxT[l]), ms = std::max(ms, maxS[l]);
+    float zt[kLanes] = {}, zs[kLanes] = {}, cross[kLanes] = {};
+    j = 0;
+    for (; j + kLanes <= cols; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const float a = load(tr, j + l) * invT - mt, b = load(sr, j + l) * invT - ms;
+        const float e = expClamped(a);
+        zt[l] += e;
+        zs[l] += expClamped(b);
+        cross[l] += e * (a - b);
+      }
+    for (int l = 0; j < cols; ++j, ++l) {
+      const float a = load(tr, j) * invT - mt, b = load(sr, j) * invT - ms;
+      const float e = expClamped(a);
+      zt[l] += e;
+      zs[l] += expClamped(b);
+      cross[l] += e * (a - b);
+    }
+    const float sumT = reduceLanes(zt), sumS = reduceLanes(zs), sumCross = reduceLanes(cross);
+    const float logZt = std::log(sumT), logZs = std::log(sumS);
+    stats[4 * r] = mt, stats[4 * r + 1] = logZt, stats[4 * r + 2] = ms, stats[4 * r + 3] = logZs;
+    kl[r] = sumCross / sumT - logZt + logZs;
+  }
+}
+
+template <class T>
+void klBackwardRows(const T* t, const T* s, int64_t rows, int64_t cols, float invT,
+                    const float* stats, const float* scale, T* ds) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* tr = t + r * cols;
+    const T* sr = s + r * cols;
+    T* dr = ds + r * cols;
+    const float shiftT = stats[4 * r] + stats[4 * r + 1], shiftS = stats[4 * r + 2] + stats[4 * r + 3];
+    const float k = scale[r];
+    for (int64_t j = 0; j < cols; ++j)
+      store(dr, j,
+            k * (expClamped(load(sr, j) * invT - shiftS) - expClamped(load(tr, j) * invT - shiftT)));
+  }
+}
+
+void klForward(const KlArgs& args, float* stats, float* kl) {
+  if (args.type == Type::F32)
+    klForwardRows(static_cast<const float*>(args.t), static_cast<const float*>(args.s), args.rows,
+                  args.cols, args.invT, stats, kl);
+  else
+    klForwardRows(static_cast<const bf16*>(args.t), static_cast<const bf16*>(args.s), args.rows,
+                  args.cols, args.invT, stats, kl);
+}
+
+void klBackward(const KlArgs& args, const float* stats, const float* scale, void* ds) {
+  if (args.type == Type::F32)
+    klBackwardRows(static_cast<const float*>(args.t), static_cast<const float*>(args.s), args.rows,
+                   args.cols, args.invT, stats, scale, static_cast<float*>(ds));
+  else
+    klBackwardRows(static_cast<const bf16*>(args.t), static_cast<const bf16*>(args.s), args.rows,
+                   args.cols, args.invT, stats, scale, static_cast<bf16*>(ds));
+}
+
 #define FUSED_STRING2(x) #x
 #define FUSED_STRING(x) FUSED_STRING2(x)
 extern const LoopTable kTable;
 const LoopTable kTable{FUSED_STRING(FUSED_ISA), rmsNormForward, rmsNormBackward, swigluForward,
                        swigluBackward,          ropeForward,    ropeBackward,    attentionProbs,
-                       attentionScoreGrad};
+                       attentionScoreGrad,      klForward,      klBackward};
 #undef FUSED_STRING
 #undef FUSED_STRING2
 

@@ -18,6 +18,8 @@ struct LoopTable {
                          uint16_t*);
   void (*attentionScoreGrad)(const float*, const float*, const float*, int64_t, int64_t, int64_t,
                              uint16_t*);
+  void (*klForward)(const KlArgs&, float*, float*);
+  void (*klBackward)(const KlArgs&, const float*, const float*, void*);
 };
 
 }  // namespace fp4lab::model::fused

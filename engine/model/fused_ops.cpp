@@ -201,6 +201,55 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
   }
 };
 
+// Distillation's KL over the rows `rowIndex` lists (int64) of t and s [N, V], one type, in fp32:
+// the fused loops, one row per call, rows split over threads.
+class DistillationKlFunction : public torch::autograd::Function<DistillationKlFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, const torch::Tensor& s,
+                               const torch::Tensor& rowIndex, double invT) {
+    const int64_t cols = s.size(1), n = rowIndex.numel();
+    const size_t element = s.element_size();
+    torch::Tensor stats = torch::empty({n, 4}, torch::kFloat),
+                  kl = torch::empty({n}, torch::kFloat);
+    const int64_t* rows = rowIndex.data_ptr<int64_t>();
+    fused::KlArgs args{*loopType(s), nullptr, nullptr, 1, cols, static_cast<float>(invT)};
+    at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
+      fused::KlArgs a = args;
+      for (int64_t i = begin; i < end; ++i) {
+        a.t = bytes(t) + rows[i] * cols * element;
+        a.s = bytes(s) + rows[i] * cols * element;
+        fused::klForward(a, stats.data_ptr<float>() + 4 * i, kl.data_ptr<float>() + i);
+      }
+    });
+    ctx->save_for_backward({t, s, rowIndex, stats});
+    ctx->saved_data["inv_t"] = invT;
+    // The mean in fp64, then fp32, so the order of the rows' sum does not depend on threads.
+    return kl.to(torch::kDouble).mean().to(torch::kFloat);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &t = saved[0], &s = saved[1], &rowIndex = saved[2], &stats = saved[3];
+    const double invT = ctx->saved_data["inv_t"].toDouble();
+    const int64_t cols = s.size(1), n = rowIndex.numel();
+    const size_t element = s.element_size();
+    torch::Tensor ds = torch::zeros_like(s);
+    const float k = static_cast<float>(grads[0].item<double>() * invT / static_cast<double>(n));
+    const int64_t* rows = rowIndex.data_ptr<int64_t>();
+    fused::KlArgs args{*loopType(s), nullptr, nullptr, 1, cols, static_cast<float>(invT)};
+    at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
+      fused::KlArgs a = args;
+      for (int64_t i = begin; i < end; ++i) {
+        a.t = bytes(t) + rows[i] * cols * element;
+        a.s = bytes(s) + rows[i] * cols * element;
+        fused::klBackward(a, stats.data_ptr<float>() + 4 * i, &k,
+                          bytes(ds) + rows[i] * cols * element);
+      }
+    });
+    return {torch::Tensor(), ds, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 int parallelForThreads() {
@@ -239,6 +288,35 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& cos, const tor
                        (outType == torch::kFloat || outType == torch::kBFloat16);
   return fusable ? RotaryFunction::apply(x, cos, sin, outType)
                  : rotaryComposed(x, cos, sin, outType);
+}
+
+torch::Tensor distillationKlComposed(const torch::Tensor& teacherLogits,
+                                     const torch::Tensor& studentLogits,
+                                     const torch::Tensor& targets, double temperature) {
+  const int64_t vocab = studentLogits.size(-1);
+  torch::Tensor mask = targets.reshape({-1}) != -100;
+  torch::Tensor t = teacherLogits.reshape({-1, vocab}).index({mask}).to(torch::kFloat);
+  torch::Tensor s = studentLogits.reshape({-1, vocab}).index({mask}).to(torch::kFloat);
+  if (t.size(0) == 0) return studentLogits.sum().to(torch::kFloat) * 0.0;
+  torch::Tensor logT = torch::log_softmax(t / temperature, -1);
+  torch::Tensor logS = torch::log_softmax(s / temperature, -1);
+  return (logT.exp() * (logT - logS)).sum(-1).mean();
+}
+
+torch::Tensor distillationKl(const torch::Tensor& teacherLogits, const torch::Tensor& studentLogits,
+                             const torch::Tensor& targets, double temperature) {
+  const int64_t vocab = studentLogits.size(-1);
+  const bool fusable = loopType(studentLogits) && loopType(teacherLogits) &&
+                       teacherLogits.scalar_type() == studentLogits.scalar_type() &&
+                       teacherLogits.sizes() == studentLogits.sizes() && vocab > 0 &&
+                       targets.device().is_cpu() && temperature > 0;
+  if (!fusable) return distillationKlComposed(teacherLogits, studentLogits, targets, temperature);
+  const torch::Tensor rows =
+      torch::nonzero(targets.reshape({-1}) != -100).reshape({-1}).contiguous();
+  if (rows.numel() == 0) return studentLogits.sum().to(torch::kFloat) * 0.0;
+  return DistillationKlFunction::apply(teacherLogits.detach().reshape({-1, vocab}).contiguous(),
+                                       studentLogits.reshape({-1, vocab}).contiguous(), rows,
+                                       1.0 / temperature);
 }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {

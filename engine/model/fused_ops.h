@@ -34,6 +34,31 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 // torch wheels export; without it attention() always uses LibTorch's backward.
 bool ownAttentionBackward();
 
+// The engine's linear layer, x w^T + b, as torch::linear computes it, except with BF16 numerics on
+// a CPU without AMX (autocast to BF16 on, or x and w both BF16): there LibTorch's BF16 GEMMs run at
+// half its fp32 speed, so the BF16-rounded operands are multiplied by the fp32 GEMM (their products
+// are exact in fp32, accumulated in fp32 as the BF16 GEMM does, in another order) and the result
+// is rounded to BF16; the gradients are BF16-rounded as autocast's, then in the inputs' types.
+// model/linear.cpp.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+// Whether linear() takes that path on this machine (no AMX).
+bool bf16LinearInFp32();
+// That path itself, on any machine (CPU tensors, floating point; tested against torch::linear
+// under BF16 autocast).
+torch::Tensor bf16LinearViaFp32(const torch::Tensor& x, const torch::Tensor& w,
+                                const torch::Tensor& b);
+
+// Distillation's loss: mean over the rows whose target is not -100 of KL(softmax(t / T) ||
+// softmax(s / T)), computed in fp32 (a scalar), with the gradient to the student's logits only.
+// On CPU for fp32 or bf16 logits of one type, the fused loops: two passes over each row forward
+// and one back, where the composition copies the rows out, takes two log-softmaxes, an exp and a
+// product over [rows, vocabulary] in fp32.
+torch::Tensor distillationKl(const torch::Tensor& teacherLogits, const torch::Tensor& studentLogits,
+                             const torch::Tensor& targets, double temperature);
+torch::Tensor distillationKlComposed(const torch::Tensor& teacherLogits,
+                                     const torch::Tensor& studentLogits,
+                                     const torch::Tensor& targets, double temperature);
+
 // How many threads at::parallel_for runs a two-task loop on in the engine's own code, at LibTorch's
 // current thread count: 1 when the engine was built without OpenMP (the pragma inside
 // at::parallel_for is then ignored and every fused loop runs serially). A test guards the build.

@@ -371,10 +371,10 @@ torch::Tensor GptOssExpertsImpl::forward(const torch::Tensor& tokens,
       gateUp->inputQuantizer ? gateUp->inputQuantizer->apply(tokens) : tokens;
   return routeToExperts(
       input, topExperts, topWeights, gateUpProj.size(0), [&](int64_t e, const torch::Tensor& rows) {
-        torch::Tensor h = clampedSwiglu(torch::linear(rows, gateUpWeight[e], gateUpProjBias[e]),
-                                        m_limit, m_alpha);
+        torch::Tensor h =
+            clampedSwiglu(linear(rows, gateUpWeight[e], gateUpProjBias[e]), m_limit, m_alpha);
         if (down->inputQuantizer) h = down->inputQuantizer->apply(h);
-        return torch::linear(h, downWeight[e], downProjBias[e]);
+        return linear(h, downWeight[e], downProjBias[e]);
       });
 }
 

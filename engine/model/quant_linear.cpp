@@ -1,6 +1,8 @@
 // QuantLinear: torch::linear with optional weight and input quantizers in front of it.
 #include "model/quant_linear.h"
 
+#include "model/fused_ops.h"
+
 #include <cmath>
 
 namespace fp4lab::model {
@@ -26,7 +28,7 @@ torch::Tensor QuantLinearImpl::effectiveWeight() {
 
 torch::Tensor QuantLinearImpl::forward(const torch::Tensor& x) {
   const torch::Tensor input = inputQuantizer ? inputQuantizer->apply(x) : x;
-  return torch::linear(input, effectiveWeight(), bias);
+  return model::linear(input, effectiveWeight(), bias);
 }
 
 void QuantLinearImpl::pretty_print(std::ostream& stream) const {

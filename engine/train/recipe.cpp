@@ -9,6 +9,7 @@
 
 #include "fp4lab/error.h"
 #include "fp4lab/common/files.h"
+#include "model/fused_ops.h"
 #include "train/autocast.h"
 
 namespace fp4lab::train {
@@ -42,14 +43,7 @@ torch::Tensor tokenCrossEntropy(const torch::Tensor& logits, const torch::Tensor
 
 torch::Tensor tokenKl(const torch::Tensor& teacherLogits, const torch::Tensor& studentLogits,
                       const torch::Tensor& targets, double temperature) {
-  const int64_t vocab = studentLogits.size(-1);
-  torch::Tensor mask = targets.reshape({-1}) != -100;
-  torch::Tensor t = teacherLogits.reshape({-1, vocab}).index({mask}).to(torch::kFloat);
-  torch::Tensor s = studentLogits.reshape({-1, vocab}).index({mask}).to(torch::kFloat);
-  if (t.size(0) == 0) return studentLogits.sum().to(torch::kFloat) * 0.0;
-  torch::Tensor logT = torch::log_softmax(t / temperature, -1);
-  torch::Tensor logS = torch::log_softmax(s / temperature, -1);
-  return (logT.exp() * (logT - logS)).sum(-1).mean();
+  return model::distillationKl(teacherLogits, studentLogits, targets, temperature);
 }
 
 namespace {

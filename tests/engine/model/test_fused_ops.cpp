@@ -5,7 +5,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <ATen/autocast_mode.h>
+
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -318,4 +321,136 @@ TEST_CASE("the engine's at::parallel_for runs on more than one thread", "[model]
   torch::set_num_threads(1);
   CHECK(threads == 2);
   CHECK(parallelForThreads() == 1);
+}
+
+// linear()'s BF16 path without AMX (fp32 GEMMs of the BF16-rounded operands) against LibTorch's
+// own BF16 linear under autocast: the same exact products accumulated in fp32 in another order, so
+// the outputs agree to the last BF16 bit except where the two sums straddle a rounding boundary,
+// and the gradients likewise; and both against the fp64 product of the rounded operands.
+TEST_CASE("linear: BF16 through fp32 GEMMs equals autocast's BF16 linear", "[fused][linear]") {
+  struct Case {
+    std::vector<int64_t> x;
+    int64_t out;
+    bool bias;
+    torch::ScalarType xType;
+  };
+  const std::vector<Case> cases = {{{1, 1}, 1, false, torch::kFloat},
+                                   {{3, 5, 32}, 17, true, torch::kFloat},
+                                   {{2, 64, 576}, 192, false, torch::kBFloat16},
+                                   {{129, 96}, 257, true, torch::kBFloat16},
+                                   {{4, 33, 1536}, 64, true, torch::kFloat},
+                                   {{7, 640}, 1000, false, torch::kFloat}};
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    INFO("x " << c.x << " out " << c.out << " bias " << c.bias << " " << c10::toString(c.xType));
+    const int64_t in = c.x.back();
+    const torch::Tensor x0 = randn(c.x, 1.0, ++seed).to(c.xType);
+    const torch::Tensor w0 =
+        randn({c.out, in}, 1.0 / std::sqrt(double(in)), ++seed).to(torch::kFloat);
+    const torch::Tensor b0 =
+        c.bias ? randn({c.out}, 0.5, ++seed).to(torch::kFloat) : torch::Tensor();
+    std::vector<int64_t> yShape = c.x;
+    yShape.back() = c.out;
+    const torch::Tensor dy = randn(yShape, 1.0, ++seed).to(torch::kBFloat16);
+    auto run = [&](bool ours) {
+      torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+      torch::Tensor b = c.bias ? b0.clone().requires_grad_(true) : torch::Tensor();
+      torch::Tensor y;
+      {
+        at::autocast::set_autocast_enabled(c10::DeviceType::CPU, true);
+        at::autocast::set_autocast_dtype(c10::DeviceType::CPU, at::kBFloat16);
+        at::autocast::increment_nesting();
+        y = ours ? bf16LinearViaFp32(x, w, b) : torch::linear(x, w, b);
+        at::autocast::decrement_nesting();
+        at::autocast::clear_cache();
+        at::autocast::set_autocast_enabled(c10::DeviceType::CPU, false);
+      }
+      y.backward(dy);
+      return std::vector<torch::Tensor>{y, x.grad(), w.grad(), c.bias ? b.grad() : torch::Tensor()};
+    };
+    const auto ours = run(true), torchs = run(false);
+    for (size_t i = 0; i < 4; ++i) {
+      if (!torchs[i].defined()) continue;
+      INFO("output " << i);
+      REQUIRE(ours[i].scalar_type() == torchs[i].scalar_type());
+      REQUIRE(ours[i].sizes() == torchs[i].sizes());
+      // At most one BF16 rounding step apart (where a sum cancels to near zero, the fp32
+      // accumulation order counts against the terms' size, not the result's), mostly identical.
+      const torch::Tensor a = ours[i].to(torch::kDouble), t = torchs[i].to(torch::kDouble);
+      const double floor = 1e-5 * t.abs().max().item<double>();
+      const torch::Tensor ulp = t.abs() * std::ldexp(1.0, -7);
+      CHECK(((a - t).abs() <= ulp * 1.01 + floor).all().item<bool>());
+      const double same = (a == t).to(torch::kDouble).mean().item<double>();
+      CHECK(same > 0.9);
+    }
+    // The output is the BF16 rounding of the exact product of the BF16-rounded operands, up to
+    // fp32 accumulation.
+    const torch::Tensor exact =
+        torch::matmul(x0.to(torch::kBFloat16).to(torch::kDouble),
+                      w0.to(torch::kBFloat16).to(torch::kDouble).t()) +
+        (c.bias ? b0.to(torch::kBFloat16).to(torch::kDouble) : torch::zeros({1}, torch::kDouble));
+    CHECK(relativeError(ours[0], exact) < 8e-3);
+  }
+}
+
+// distillationKl's fused loops against the composition evaluated in fp64 from the same logits,
+// forward and the student's gradient, over vocabularies, temperatures, masks and types; the
+// instruction-set variants give the same bits.
+TEST_CASE("distillationKl: the fused KL equals the fp64 composition", "[fused][kl]") {
+  struct Case {
+    int64_t batch, length, vocab;
+    double temperature, scale;
+    torch::ScalarType type;
+  };
+  const std::vector<Case> cases = {{1, 1, 1, 1.0, 1.0, torch::kFloat},
+                                   {2, 5, 17, 1.0, 3.0, torch::kFloat},
+                                   {3, 7, 1000, 2.0, 5.0, torch::kBFloat16},
+                                   {2, 9, 49152, 1.0, 4.0, torch::kBFloat16},
+                                   {4, 3, 333, 0.5, 10.0, torch::kFloat}};
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    INFO(c.batch << "x" << c.length << " vocab " << c.vocab << " T " << c.temperature << " "
+                 << c10::toString(c.type));
+    const torch::Tensor t = randn({c.batch, c.length, c.vocab}, c.scale, ++seed).to(c.type);
+    const torch::Tensor s0 = randn({c.batch, c.length, c.vocab}, c.scale, ++seed).to(c.type);
+    torch::Tensor targets = torch::zeros({c.batch, c.length}, torch::kLong);
+    targets.index_put_({torch::indexing::Slice(), 0}, -100);  // the first position never scores
+    if (c.length == 1) targets.fill_(0);
+    torch::Tensor s = s0.clone().requires_grad_(true);
+    const torch::Tensor fused = distillationKl(t, s, targets, c.temperature);
+    fused.backward();
+    torch::Tensor s64 = s0.to(torch::kDouble).requires_grad_(true);
+    const torch::Tensor reference =
+        distillationKlComposed(t.to(torch::kDouble), s64, targets, c.temperature);
+    reference.backward();
+    CHECK(fused.scalar_type() == torch::kFloat);
+    CHECK(std::abs(fused.item<double>() - reference.item<double>()) <=
+          1e-5 * std::abs(reference.item<double>()) + 1e-6);
+    REQUIRE(s.grad().scalar_type() == c.type);
+    // The gradient is rounded once to the logits' type.
+    const double tolerance = c.type == torch::kBFloat16 ? 8e-3 : 1e-5;
+    CHECK(relativeError(s.grad(), s64.grad()) < tolerance);
+    // Masked rows get no gradient.
+    CHECK(s.grad().index({torch::indexing::Slice(), 0}).abs().max().item<double>() ==
+          (c.length == 1 ? s.grad().abs().max().item<double>() : 0.0));
+  }
+  // Every instruction-set variant, the same bits.
+  const torch::Tensor t = randn({2, 6, 3001}, 4.0, 900).to(torch::kBFloat16);
+  const torch::Tensor s0 = randn({2, 6, 3001}, 4.0, 901).to(torch::kBFloat16);
+  const torch::Tensor targets = torch::zeros({2, 6}, torch::kLong);
+  std::vector<torch::Tensor> results;
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    try {
+      fused::forceIsa(isa);
+    } catch (const std::invalid_argument&) {
+      WARN("this CPU cannot run the " << isa << " variant; not compared");
+      continue;
+    }
+    torch::Tensor s = s0.clone().requires_grad_(true);
+    const torch::Tensor kl = distillationKl(t, s, targets, 1.5);
+    kl.backward();
+    results.push_back(torch::cat({kl.reshape({1}), s.grad().to(torch::kFloat).reshape({-1})}));
+  }
+  fused::forceIsa(nullptr);
+  for (size_t i = 1; i < results.size(); ++i) CHECK(bitEqual(results[0], results[i]));
 }
