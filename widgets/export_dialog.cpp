@@ -769,6 +769,12 @@ void ExportDialog::fillModules() {
       item->setCheckState(kept.contains(m) ? Qt::Checked : Qt::Unchecked);
       item->setToolTip(tr("quantized; check to keep it in BF16"));
     }
+  // Wide enough for the longest module name (gpt-oss's experts tensors are long), within reason:
+  // elided names cannot be told apart.
+  int widest = 0;
+  for (const QString& m : m_info.linearModules)
+    widest = std::max(widest, m_modules->fontMetrics().horizontalAdvance(m));
+  m_modules->setMinimumWidth(std::min(widest + 4 * m_modules->fontMetrics().height(), 640));
   }
 }
 

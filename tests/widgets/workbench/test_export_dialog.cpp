@@ -500,3 +500,24 @@ TEST_CASE("export dialog end to end: a PTQ run to compressed-tensors-nvfp4; a ca
   CHECK(d.isValid());
   CHECK(button(d, "export")->isEnabled());
 }
+
+// Hidden: the export dialog on a gpt-oss model, at its natural size and at a small one, saved as
+// PNGs into $FP4LAB_SCREENSHOT_OUT (run under Xvfb with the xcb platform to look at them).
+TEST_CASE("export dialog screenshots: a gpt-oss model", "[.screenshots-export]") {
+  if (program().isEmpty()) FAIL("FP4LAB_BIN is not set");
+  const char* out = std::getenv("FP4LAB_SCREENSHOT_OUT");
+  if (!out || !*out) FAIL("FP4LAB_SCREENSHOT_OUT is not set");
+  TempDir tmp;
+  const QString dir = qs(tmp.file("gpt-oss-20b-qat"));
+  writeGptOssModel(dir);
+  ExportDialog d(program());
+  waitForFormats(d);
+  d.setModelDir(dir);
+  d.show();
+  for (const auto& [name, size] : {std::pair{"export-gpt-oss.png", d.sizeHint()},
+                                   std::pair{"export-gpt-oss-small.png", QSize(420, 360)}}) {
+    d.resize(size);
+    QTest::qWait(200);
+    REQUIRE(d.grab().save(QDir(QString::fromLocal8Bit(out)).filePath(QString::fromLatin1(name))));
+  }
+}
