@@ -27,6 +27,7 @@
 #include <cstring>
 #include <set>
 
+#include "fp4lab/export/gpt_oss_layout.h"
 #include "fp4lab/run/run_config.h"
 
 namespace fp4lab::widgets {
@@ -247,9 +248,7 @@ ExportDialog::ModelInfo ExportDialog::inspectModel(const QString& dir) {
       const qsizetype dims = it.value().toObject().value(QStringLiteral("shape")).toArray().size();
       // As the exporter: 2-D <module>.weight tensors, and gpt-oss's 3-D experts tensors (each
       // its own module).
-      const bool experts =
-          dims == 3 && (name.endsWith(QLatin1String(".mlp.experts.gate_up_proj")) ||
-                        name.endsWith(QLatin1String(".mlp.experts.down_proj")));
+      const bool experts = exporter::isExpertsTensor(name.toStdString(), size_t(dims));
       if (!experts && (!name.endsWith(QLatin1String(".weight")) || dims != 2)) continue;
       const QString module = experts ? name : name.left(name.size() - 7);
       // As the exporter: embeddings are never linear layers to quantize.
@@ -769,13 +768,13 @@ void ExportDialog::fillModules() {
       item->setCheckState(kept.contains(m) ? Qt::Checked : Qt::Unchecked);
       item->setToolTip(tr("quantized; check to keep it in BF16"));
     }
+  }
   // Wide enough for the longest module name (gpt-oss's experts tensors are long), within reason:
   // elided names cannot be told apart.
   int widest = 0;
   for (const QString& m : m_info.linearModules)
     widest = std::max(widest, m_modules->fontMetrics().horizontalAdvance(m));
   m_modules->setMinimumWidth(std::min(widest + 4 * m_modules->fontMetrics().height(), 640));
-  }
 }
 
 QStringList ExportDialog::keptModules() const {

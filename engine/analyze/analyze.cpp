@@ -17,6 +17,7 @@
 #include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
 #include "fp4lab/export/fused_groups.h"
+#include "fp4lab/export/gpt_oss_layout.h"
 #include "fp4lab/common/glob.h"
 #include "fp4lab/common/system.h"
 #include "fp4lab/io/dtype.h"
@@ -74,8 +75,7 @@ std::vector<Layer> selectFrom(const Folder& folder, const Options& options) {
   std::vector<Layer> layers;
   for (const auto& [file, t] : folder.tensors) {
     if (!io::isFloatingPoint(t->dtype)) continue;
-    const bool experts = t->shape.size() == 3 && (endsWith(t->name, ".mlp.experts.gate_up_proj") ||
-                                                  endsWith(t->name, ".mlp.experts.down_proj"));
+    const bool experts = exporter::isExpertsTensor(t->name, t->shape.size());
     if (!experts && (!endsWith(t->name, ".weight") || t->shape.size() != 2)) continue;
     const std::string module = experts ? t->name : t->name.substr(0, t->name.size() - 7);
     if (module.find("embed") != std::string::npos || module.find("wte") != std::string::npos)
@@ -484,15 +484,8 @@ Analysis analyzeModel(const Options& options, const std::function<void(const Pro
     const auto& [file, info] = where.at(l.tensor);
     readInto(*folder.files[file], *info, out);
     if (l.experts > 0) {
-      // [E, in, out] -> [E, out, in]: the blocks run along each expert's input.
-      const int64_t rowsPerExpert = l.rows / l.experts, in = l.cols;
-      std::vector<float> t(size_t(l.rows * l.cols));
-      for (int64_t e = 0; e < l.experts; ++e)
-        for (int64_t i = 0; i < in; ++i)
-          for (int64_t o = 0; o < rowsPerExpert; ++o)
-            t[size_t((e * rowsPerExpert + o) * in + i)] =
-                out[size_t((e * in + i) * rowsPerExpert + o)];
-      std::copy(t.begin(), t.end(), out.begin());
+      const std::vector<float> stored(out.begin(), out.begin() + l.rows * l.cols);
+      exporter::expertsToRows(stored.data(), l.experts, l.cols, l.rows / l.experts, out.data());
     }
   };
 

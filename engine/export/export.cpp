@@ -20,6 +20,7 @@
 #include "fp4lab/common/system.h"
 #include "fp4lab/error.h"
 #include "fp4lab/export/fused_groups.h"
+#include "fp4lab/export/gpt_oss_layout.h"
 #include "fp4lab/io/safetensors.h"
 #include "fp4lab/kernels/fp4.h"
 #include "fp4lab/run/run_config.h"
@@ -211,17 +212,10 @@ std::string moduleOf(const std::string& tensor) {
   return tensor.substr(0, tensor.size() - std::string(".weight").size());
 }
 
-// gpt-oss's experts: one 3-D tensor per projection, [E, in, out] in Hugging Face's layout, each a
-// quantized layer named like the tensor (the engine's quantizers see it as [E, out, in]).
-bool isExpertsTensor(const std::string& name, const io::TensorInfo& t) {
-  return t.shape.size() == 3 &&
-         (endsWith(name, ".mlp.experts.gate_up_proj") || endsWith(name, ".mlp.experts.down_proj"));
-}
-
 // The module a linear layer's weight tensor belongs to ("<module>.weight", 2-D; or a gpt-oss
 // experts tensor, its own module), or empty for any other tensor.
 std::string layerModuleOf(const std::string& name, const io::TensorInfo& t) {
-  if (isExpertsTensor(name, t)) return name;
+  if (isExpertsTensor(name, t.shape.size())) return name;
   if (endsWith(name, ".weight") && t.shape.size() == 2) return moduleOf(name);
   return {};
 }
@@ -280,15 +274,9 @@ struct Encoded {
 std::vector<float> layerWeight(const Input& in, const Layer& l) {
   std::vector<float> w = in.toFloat32(in.tensors.at(l.weight));
   if (l.experts == 0) return w;
-  const int64_t out = l.rows / l.experts, inputs = l.cols;
-  std::vector<float> t(w.size());
-  for (int64_t e = 0; e < l.experts; ++e) {
-    const float* src = w.data() + e * inputs * out;
-    float* dst = t.data() + e * out * inputs;
-    for (int64_t i = 0; i < inputs; ++i)
-      for (int64_t o = 0; o < out; ++o) dst[o * inputs + i] = src[i * out + o];
-  }
-  return t;
+  std::vector<float> rows(w.size());
+  expertsToRows(w.data(), l.experts, l.cols, l.rows / l.experts, rows.data());
+  return rows;
 }
 
 Encoded encodeLayer(const Plan& plan, const Input& in, int index) {
@@ -459,9 +447,9 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
   if (isQuantized(options.format)) {
     if (state.present) {
       for (const std::string& module : state.layerOrder) {
-        const bool found =
-            in.tensors.count(module + ".weight") ||
-            (in.tensors.count(module) && isExpertsTensor(module, *in.tensors.at(module).info));
+        const bool found = in.tensors.count(module + ".weight") ||
+                           (in.tensors.count(module) &&
+                            isExpertsTensor(module, in.tensors.at(module).info->shape.size()));
         if (!found)
           throw Error("the quantizer state names layer " + module + ", whose weight " + module +
                           ".weight is not in the model's safetensors",
@@ -481,10 +469,11 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
                       (linearModules.empty() ? std::string("(none)") : linearModules.front()));
   }
 
+  // A module named like a tensor of the input is an experts tensor (layerModuleOf).
+  const auto isExperts = [&](const std::string& module) { return in.tensors.count(module) > 0; };
   if (options.format == Format::GptOssMxfp4)
     for (const std::string& module : quantized)
-      if (!endsWith(module, ".mlp.experts.gate_up_proj") &&
-          !endsWith(module, ".mlp.experts.down_proj"))
+      if (!isExperts(module))
         throw Error("the run quantized " + module +
                         ", and the gpt-oss MXFP4 layout holds only the "
                         "experts in MXFP4: the export would not be the model that was evaluated",
@@ -568,9 +557,7 @@ Plan makePlan(const Options& options, const Input& in, const QuantState& state,
     // Hugging Face replaces a layer's whole experts module: both tensors or neither.
     std::set<std::string> keptExperts;
     for (const std::string& module : linearModules) {
-      if (!endsWith(module, ".mlp.experts.gate_up_proj") &&
-          !endsWith(module, ".mlp.experts.down_proj"))
-        continue;
+      if (!isExperts(module)) continue;
       const std::string parent = module.substr(0, module.rfind('.'));
       const bool gateUp = quantized.count(parent + ".gate_up_proj") > 0;
       const bool down = quantized.count(parent + ".down_proj") > 0;
