@@ -27,6 +27,8 @@
 
 #include <cstdlib>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "fp4lab/widgets/export_dialog.h"
 #include "fp4lab/widgets/main_window.h"
@@ -54,6 +56,29 @@ void writeFile(const QString& path, const QByteArray& bytes) {
   f.write(bytes);
 }
 
+// A safetensors file whose header names `tensors` (name, JSON shape, bytes) as BF16, data zeros:
+// the dialog reads headers only.
+void writeHeaderOnlySafetensors(const QString& path,
+                                const std::vector<std::tuple<QString, QString, qint64>>& tensors) {
+  QByteArray header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  qint64 offset = 0;
+  for (const auto& [name, shape, bytes] : tensors) {
+    header += QStringLiteral(",\"%1\":{\"dtype\":\"BF16\",\"shape\":%2,\"data_offsets\":[%3,%4]}")
+                  .arg(name, shape)
+                  .arg(offset)
+                  .arg(offset + bytes)
+                  .toUtf8();
+    offset += bytes;
+  }
+  header += '}';
+  QByteArray file(8, '\0');
+  quint64 n = quint64(header.size());
+  for (int k = 0; k < 8; ++k) file[k] = char((n >> (8 * k)) & 0xff);
+  file += header;
+  file += QByteArray(offset, '\0');
+  writeFile(path, file);
+}
+
 // A model folder with config.json and a safetensors file whose header names a tiny llama (the
 // data is zeros: the dialog reads headers only). quantFormat "": a BF16 folder; "nvfp4"/"mxfp4":
 // a run's model/ whose quant_state.json names every layer but layer 1's down_proj.
@@ -63,27 +88,15 @@ void writeModel(const QString& dir, const QString& quantFormat, bool withConfig 
     for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                           "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
       names << QStringLiteral("model.layers.%1.%2").arg(layer).arg(QString::fromLatin1(m));
-  QByteArray header = "{\"__metadata__\":{\"format\":\"pt\"}";
-  qint64 offset = 0;
+  std::vector<std::tuple<QString, QString, qint64>> tensors;
   auto tensor = [&](const QString& name, const QString& shape, qint64 bytes) {
-    header += QStringLiteral(",\"%1\":{\"dtype\":\"BF16\",\"shape\":%2,\"data_offsets\":[%3,%4]}")
-                  .arg(name, shape)
-                  .arg(offset)
-                  .arg(offset + bytes)
-                  .toUtf8();
-    offset += bytes;
+    tensors.emplace_back(name, shape, bytes);
   };
   tensor(QStringLiteral("model.embed_tokens.weight"), QStringLiteral("[64,32]"), 64 * 32 * 2);
   for (const QString& n : names) tensor(n + QStringLiteral(".weight"), "[32,32]", 32 * 32 * 2);
   tensor(QStringLiteral("model.norm.weight"), QStringLiteral("[32]"), 64);
   tensor(QStringLiteral("lm_head.weight"), QStringLiteral("[64,32]"), 64 * 32 * 2);
-  header += '}';
-  QByteArray file(8, '\0');
-  quint64 n = quint64(header.size());
-  for (int k = 0; k < 8; ++k) file[k] = char((n >> (8 * k)) & 0xff);
-  file += header;
-  file += QByteArray(offset, '\0');
-  writeFile(dir + "/model.safetensors", file);
+  writeHeaderOnlySafetensors(dir + "/model.safetensors", tensors);
   if (withConfig)
     writeFile(dir + "/config.json",
               R"({"architectures":["LlamaForCausalLM"],"model_type":"llama"})");
@@ -104,15 +117,9 @@ void writeModel(const QString& dir, const QString& quantFormat, bool withConfig 
 // A gpt-oss folder's header: attention and router linears, and per layer the two 3-D experts
 // tensors with their biases.
 void writeGptOssModel(const QString& dir) {
-  QByteArray header = "{\"__metadata__\":{\"format\":\"pt\"}";
-  qint64 offset = 0;
+  std::vector<std::tuple<QString, QString, qint64>> tensors;
   auto tensor = [&](const QString& name, const QString& shape, qint64 bytes) {
-    header += QStringLiteral(",\"%1\":{\"dtype\":\"BF16\",\"shape\":%2,\"data_offsets\":[%3,%4]}")
-                  .arg(name, shape)
-                  .arg(offset)
-                  .arg(offset + bytes)
-                  .toUtf8();
-    offset += bytes;
+    tensors.emplace_back(name, shape, bytes);
   };
   tensor(QStringLiteral("model.embed_tokens.weight"), QStringLiteral("[64,32]"), 64 * 32 * 2);
   for (int layer : {0, 1}) {
@@ -129,13 +136,7 @@ void writeGptOssModel(const QString& dir) {
     tensor(p + "mlp.experts.down_proj_bias", "[4,32]", 4 * 32 * 2);
   }
   tensor(QStringLiteral("lm_head.weight"), QStringLiteral("[64,32]"), 64 * 32 * 2);
-  header += '}';
-  QByteArray file(8, '\0');
-  quint64 n = quint64(header.size());
-  for (int k = 0; k < 8; ++k) file[k] = char((n >> (8 * k)) & 0xff);
-  file += header;
-  file += QByteArray(offset, '\0');
-  writeFile(dir + "/model.safetensors", file);
+  writeHeaderOnlySafetensors(dir + "/model.safetensors", tensors);
   writeFile(dir + "/config.json",
             R"({"architectures":["GptOssForCausalLM"],"model_type":"gpt_oss"})");
 }
