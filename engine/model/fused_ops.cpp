@@ -203,23 +203,34 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
 
 // Distillation's KL over the rows `rowIndex` lists (int64) of t and s [N, V], one type, in fp32:
 // the fused loops, one row per call, rows split over threads.
+// For each listed row (in parallel): `visit(i, args)` with args.t and args.s at row rows[i] of t
+// and s ([N, V], one type); `offset` is that row's element offset.
+template <class Visit>
+void forEachKlRow(const torch::Tensor& t, const torch::Tensor& s, const torch::Tensor& rowIndex,
+                  double invT, const Visit& visit) {
+  const int64_t cols = s.size(1), n = rowIndex.numel();
+  const int64_t* rows = rowIndex.data_ptr<int64_t>();
+  const fused::KlArgs args{*loopType(s), nullptr, nullptr, 1, cols, static_cast<float>(invT)};
+  at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
+    fused::KlArgs a = args;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t offset = rows[i] * cols * static_cast<int64_t>(s.element_size());
+      a.t = bytes(t) + offset;
+      a.s = bytes(s) + offset;
+      visit(i, a, offset);
+    }
+  });
+}
+
 class DistillationKlFunction : public torch::autograd::Function<DistillationKlFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& t, const torch::Tensor& s,
                                const torch::Tensor& rowIndex, double invT) {
-    const int64_t cols = s.size(1), n = rowIndex.numel();
-    const size_t element = s.element_size();
+    const int64_t n = rowIndex.numel();
     torch::Tensor stats = torch::empty({n, 4}, torch::kFloat),
                   kl = torch::empty({n}, torch::kFloat);
-    const int64_t* rows = rowIndex.data_ptr<int64_t>();
-    fused::KlArgs args{*loopType(s), nullptr, nullptr, 1, cols, static_cast<float>(invT)};
-    at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
-      fused::KlArgs a = args;
-      for (int64_t i = begin; i < end; ++i) {
-        a.t = bytes(t) + rows[i] * cols * element;
-        a.s = bytes(s) + rows[i] * cols * element;
-        fused::klForward(a, stats.data_ptr<float>() + 4 * i, kl.data_ptr<float>() + i);
-      }
+    forEachKlRow(t, s, rowIndex, invT, [&](int64_t i, const fused::KlArgs& a, int64_t) {
+      fused::klForward(a, stats.data_ptr<float>() + 4 * i, kl.data_ptr<float>() + i);
     });
     ctx->save_for_backward({t, s, rowIndex, stats});
     ctx->saved_data["inv_t"] = invT;
@@ -231,20 +242,11 @@ class DistillationKlFunction : public torch::autograd::Function<DistillationKlFu
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &t = saved[0], &s = saved[1], &rowIndex = saved[2], &stats = saved[3];
     const double invT = ctx->saved_data["inv_t"].toDouble();
-    const int64_t cols = s.size(1), n = rowIndex.numel();
-    const size_t element = s.element_size();
     torch::Tensor ds = torch::zeros_like(s);
-    const float k = static_cast<float>(grads[0].item<double>() * invT / static_cast<double>(n));
-    const int64_t* rows = rowIndex.data_ptr<int64_t>();
-    fused::KlArgs args{*loopType(s), nullptr, nullptr, 1, cols, static_cast<float>(invT)};
-    at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
-      fused::KlArgs a = args;
-      for (int64_t i = begin; i < end; ++i) {
-        a.t = bytes(t) + rows[i] * cols * element;
-        a.s = bytes(s) + rows[i] * cols * element;
-        fused::klBackward(a, stats.data_ptr<float>() + 4 * i, &k,
-                          bytes(ds) + rows[i] * cols * element);
-      }
+    const float k =
+        static_cast<float>(grads[0].item<double>() * invT / static_cast<double>(rowIndex.numel()));
+    forEachKlRow(t, s, rowIndex, invT, [&](int64_t i, const fused::KlArgs& a, int64_t offset) {
+      fused::klBackward(a, stats.data_ptr<float>() + 4 * i, &k, bytes(ds) + offset);
     });
     return {torch::Tensor(), ds, torch::Tensor(), torch::Tensor()};
   }
