@@ -2,7 +2,7 @@
 # Training throughput and peak memory on the real pretrained model (builtin:smollm2-135m,
 # SmolLM2-135M-Instruct), side by side in one run: fp4lab's SFT, QAT (NVFP4 W4A4) and QAD (NVFP4
 # W4A4, distilling from its BF16 self) steps (bench_train --model smollm2), and the same SFT step
-# in Hugging Face transformers, PyTorch eager mode (train_step_hf.py), with the same torch from
+# in Hugging Face transformers, PyTorch eager mode (train_step.py --model-dir), with the same torch from
 # the project's virtual environment. Batch 8 x 256 tokens, BF16 autocast, AdamW, as issue 19 asks.
 # The implementations alternate over ROUNDS rounds (default 2), so that drift in this machine's
 # speed hits all alike; the table gives each one's median step and the ratios of every round.
@@ -29,7 +29,7 @@ for ((r = 0; r < ROUNDS; ++r)); do
   done
   # The SFT step on LibTorch's own BF16 GEMMs, for the linear layers' path (model/linear.cpp).
   FP4LAB_BF16_GEMM=bf16 "$CPP" --model smollm2 --recipe sft --steps "$STEPS" --warmup 1 --batch 8 --seq 256 --threads "$THREADS"
-  "$PY" tests/bench/train_step_hf.py --model-dir "$MODEL_DIR" --steps "$STEPS" --batch 8 --seq 256 --threads "$THREADS" 2>/dev/null
+  "$PY" tests/bench/train_step.py --model-dir "$MODEL_DIR" --steps "$STEPS" --warmup 1 --batch 8 --seq 256 --threads "$THREADS" 2>/dev/null
 done > "$OUT"
 "$PY" - "$OUT" <<'PY'
 import json, statistics, sys

@@ -3,7 +3,12 @@
 master weights, token cross-entropy, AdamW, gradient clipping. bench_train.sh runs it beside the
 C++ engine (tests/bench/bench_train.cpp) with the same torch and the same configs.
 
-usage: python train_step.py --model tiny|100m [--steps N] [--batch B] [--seq T] [--threads N]
+With --model-dir DIR it is instead the SFT step a user would otherwise run on a real model:
+Hugging Face transformers' own model class loaded from DIR (bench_smollm2.sh: SmolLM2-135M), with
+the model's own loss (labels=, fp32 cross-entropy), the same autocast, AdamW and clipping.
+
+usage: python train_step.py (--model tiny|100m | --model-dir DIR) [--steps N] [--warmup N]
+                            [--batch B] [--seq T] [--threads N]
 prints one JSON line: tokens/s, step seconds, peak RSS."""
 import argparse
 import json
@@ -95,6 +100,7 @@ class Model(torch.nn.Module):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=CONFIGS, default="tiny")
+    p.add_argument("--model-dir", help="a Hugging Face folder, run through transformers")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=16)
@@ -104,19 +110,33 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    c = CONFIGS[a.model]
-    model = Model(c)
+    if a.model_dir:
+        import transformers
+        model = transformers.AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=torch.float32)
+        model.train()
+        vocab, impl = model.config.vocab_size, "transformers-eager"
+        name = a.model_dir.rstrip("/").split("/")[-1]
+    else:
+        c = CONFIGS[a.model]
+        model = Model(c)
+        vocab, impl, name = c["vocab"], "python-eager", a.model
     params = sum(x.numel() for x in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0)
-    ids = torch.randint(0, c["vocab"], (a.batch, a.seq + 1))
+    ids = torch.randint(0, vocab, (a.batch, a.seq + 1))
     inputs, targets = ids[:, :-1], ids[:, 1:]
+
+    def loss_of():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            if a.model_dir:  # the model's own shifted, fp32 loss
+                return model(input_ids=inputs, labels=inputs).loss
+            logits = model(inputs)
+        return F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
+
     times = []
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = model(inputs)
-        loss = F.cross_entropy(logits.float().reshape(-1, c["vocab"]), targets.reshape(-1))
+        loss = loss_of()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -124,9 +144,9 @@ def main():
             times.append(time.perf_counter() - t0)
     step_s = sorted(times)[len(times) // 2]
     print(json.dumps({
-        "impl": "python-eager", "model": a.model, "params": params, "batch": a.batch, "seq": a.seq,
+        "impl": impl, "recipe": "sft", "model": name, "params": params, "batch": a.batch, "seq": a.seq,
         "threads": torch.get_num_threads(), "step_s": step_s, "tok_per_s": a.batch * a.seq / step_s,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loss": float(loss),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loss": loss.item(),
         "torch": torch.__version__,
     }))
 
