@@ -140,6 +140,7 @@ void writeContents(hid_t file, const Analysis& a, const std::string& where) {
       Hid dataset = d::own(H5Dopen2(blocks.get(), index.c_str(), H5P_DEFAULT), H5Dclose,
                            "cannot open dataset", where);
       d::writeStringAttribute(dataset.get(), "layer", a.layers[l].module, where);
+      d::writeInt64Attribute(dataset.get(), "rows", a.layers[l].rows, where);
     }
   }
 
@@ -472,6 +473,7 @@ QuantRow readQuantRow(const std::string& path, const std::string& group, int64_t
     out.values.push_back(std::move(values));
   }
   out.blocks.resize(L);
+  out.blockRows.assign(L, 0);
   if (d::hasLink(f, group + "/blocks", path)) {
     for (size_t l = 0; l < L; ++l) {
       const std::string name = group + "/blocks/" + std::to_string(l);
@@ -482,6 +484,7 @@ QuantRow readQuantRow(const std::string& path, const std::string& group, int64_t
       if (dims.size() != 2 || int64_t(dims[0]) < out.rows)
         d::fail("expected a [rows, blocks] dataset", where, kHint);
       out.blocks[l].resize(dims[1]);
+      out.blockRows[l] = d::readInt64Attribute(ds.get(), "rows", where).value_or(0);
       if (dims[1] > 0)
         d::readRows(ds.get(), hsize_t(row), 1, dims[1], H5T_NATIVE_FLOAT, out.blocks[l].data(),
                     where);

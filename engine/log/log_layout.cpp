@@ -135,9 +135,12 @@ Layout openLayout(hid_t file, const std::string& path) {
       if (hasLink(file, full, path)) {
         Hid blocks = openDataset(file, full, path);
         layout.schema.blocksPerLayer.push_back(columnsOf(blocks.get(), at(path, full)));
+        layout.schema.blockRowsPerLayer.push_back(
+            readInt64Attribute(blocks.get(), "rows", at(path, full)).value_or(0));
         layout.quantBlocks.push_back(std::move(blocks));
       } else {
         layout.schema.blocksPerLayer.push_back(0);
+        layout.schema.blockRowsPerLayer.push_back(0);
         layout.quantBlocks.emplace_back();
       }
     }
@@ -226,6 +229,19 @@ void validate(const RootAttributes& attributes, const RunLogSchema& schema,
            path, "give one block count per quantized layer, or none");
     for (int64_t blocks : schema.blocksPerLayer)
       if (blocks < 0) fail("negative block count in blocksPerLayer", path);
+  }
+  if (!schema.blockRowsPerLayer.empty()) {
+    if (schema.blockRowsPerLayer.size() != schema.blocksPerLayer.size())
+      fail("blockRowsPerLayer has " + std::to_string(schema.blockRowsPerLayer.size()) +
+               " entries for " + std::to_string(schema.blocksPerLayer.size()) + " block counts",
+           path, "give one row count per entry of blocksPerLayer, or none");
+    for (size_t l = 0; l < schema.blockRowsPerLayer.size(); ++l) {
+      const int64_t rows = schema.blockRowsPerLayer[l], blocks = schema.blocksPerLayer[l];
+      if (rows < 0 || (rows > 0 && blocks % rows != 0))
+        fail("blockRowsPerLayer[" + std::to_string(l) + "] = " + std::to_string(rows) +
+                 " does not divide the layer's " + std::to_string(blocks) + " blocks",
+             path, "give the weight's row count (0 if unknown)");
+    }
   }
 }
 

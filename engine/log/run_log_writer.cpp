@@ -177,6 +177,8 @@ void declareLog(hid_t file, const RootAttributes& attributes, const RunLogSchema
       Hid dataset = own(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset",
                         at(path, name));
       writeStringAttribute(dataset.get(), "layer", schema.quantLayers[layer], at(path, name));
+      if (layer < schema.blockRowsPerLayer.size() && schema.blockRowsPerLayer[layer] > 0)
+        writeInt64Attribute(dataset.get(), "rows", schema.blockRowsPerLayer[layer], at(path, name));
     }
   }
 }

@@ -158,6 +158,15 @@ std::vector<int64_t> blocksPerLayer(const std::vector<QuantizedLayer>& layers) {
   return out;
 }
 
+std::vector<int64_t> blockRowsPerLayer(const std::vector<QuantizedLayer>& layers) {
+  std::vector<int64_t> out;
+  for (const auto& l : layers) {
+    const torch::Tensor& w = l.linear->weight;
+    out.push_back(w.dim() > 0 && w.size(-1) > 0 ? w.numel() / w.size(-1) : 0);
+  }
+  return out;
+}
+
 void setMeasuringActivations(std::vector<QuantizedLayer>& layers, bool on) {
   for (auto& l : layers)
     if (l.input) l.input->setMeasuring(on);

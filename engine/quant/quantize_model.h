@@ -70,6 +70,9 @@ void calibrate(std::vector<QuantizedLayer>& layers, int64_t batches,
 const std::vector<std::string>& layerMetricNames();
 // Blocks per layer (for /quant/blocks): the weight's element count / block size.
 std::vector<int64_t> blocksPerLayer(const std::vector<QuantizedLayer>& layers);
+// The rows those blocks span (the weight's elements over its last dimension; E * out for a 3-D
+// experts tensor): the block map's layout.
+std::vector<int64_t> blockRowsPerLayer(const std::vector<QuantizedLayer>& layers);
 
 // Starts or stops the activation statistics of every input quantizer.
 void setMeasuringActivations(std::vector<QuantizedLayer>& layers, bool on);

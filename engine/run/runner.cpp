@@ -396,6 +396,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   if (!layers.empty()) {
     schema.quantMetrics = quant::layerMetricNames();
     schema.blocksPerLayer = quant::blocksPerLayer(layers);
+    schema.blockRowsPerLayer = quant::blockRowsPerLayer(layers);
   }
   // The log is reopened at the checkpoint's step, dropping any rows written after it.
   std::optional<log::RunLogWriter> logWriter;

@@ -411,6 +411,7 @@ TEST_CASE("the analysis file round-trips and reads like a run log's /quant", "[a
       for (size_t k = 0; k < m.size(); ++k)
         CHECK(sameFloat(q.values[k][l], e.measured ? float(m[k]) : NAN));
       REQUIRE(q.blocks[l].size() == e.blockMse.size());
+      CHECK(q.blockRows[l] == (e.blockMse.empty() ? 0 : a.layers[l].rows));
       for (size_t k = 0; k < e.blockMse.size(); ++k)
         REQUIRE(sameFloat(q.blocks[l][k], e.blockMse[k]));
     }
@@ -467,6 +468,7 @@ TEST_CASE("one /quant reader serves run logs and analysis files", "[analyze][hdf
   schema.quantLayers = {"model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj"};
   schema.quantMetrics = {"rel_l2", "sqnr_db"};
   schema.blocksPerLayer = {4, 0};
+  schema.blockRowsPerLayer = {2, 0};
   {
     fp4lab::log::RootAttributes attrs;
     attrs.runId = "r", attrs.recipe = "ptq", attrs.format = "NVFP4";
@@ -485,6 +487,7 @@ TEST_CASE("one /quant reader serves run logs and analysis files", "[analyze][hdf
   CHECK(last.values[1] == std::vector<float>{26.0f, 20.0f});
   CHECK(last.blocks[0] == std::vector<float>{5, 6, 7, 8});
   CHECK(last.blocks[1].empty());
+  CHECK(last.blockRows == std::vector<int64_t>{2, 0});
   const an::QuantRow first = an::readQuantRow(path, "/quant", 0);
   CHECK(first.step == 10);
   CHECK(first.values[0] == std::vector<float>{0.1f, 0.2f});

@@ -59,6 +59,7 @@ RunLogSchema fullSchema() {
   s.quantLayers = {"model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj", "lm_head"};
   s.quantMetrics = {"sqnr_db", "rel_l2", "cosine"};  // deliberately not alphabetical
   s.blocksPerLayer = {4, 0, 2};
+  s.blockRowsPerLayer = {2, 0, 1};
   return s;
 }
 
@@ -270,6 +271,7 @@ TEST_CASE("a log round-trips every table exactly", "[log]") {
   CHECK(gotSchema.quantLayers == schema.quantLayers);
   CHECK(gotSchema.quantMetrics == schema.quantMetrics);
   CHECK(gotSchema.blocksPerLayer == schema.blocksPerLayer);
+  CHECK(gotSchema.blockRowsPerLayer == schema.blockRowsPerLayer);
 
   REQUIRE(reader.trainRows() == trainCount);
   REQUIRE(reader.evalRows() == 5);
@@ -406,6 +408,18 @@ TEST_CASE("a log without quantized layers still records quant steps", "[log]") {
   CHECK(reader.quantSteps(0, 10) == std::vector<int64_t>{5, 9});
   requireError([&] { reader.readQuant("sqnr_db", 0, 1); }, "no quant metric 'sqnr_db'");
   requireError([&] { reader.readBlocks(0, 0, 1); }, "no per-block data for layer 0");
+}
+
+TEST_CASE("logs without block rows read as rows unknown", "[log]") {
+  // Logs written before blockRowsPerLayer existed have no `rows` attribute: 0 for each layer.
+  TempDir dir;
+  const std::string path = dir.file("log.h5");
+  RunLogSchema schema = fullSchema();
+  schema.blockRowsPerLayer.clear();
+  RunLogWriter::create(path, attributes(), schema).close();
+  const RunLogSchema got = RunLogReader(path).schema();
+  CHECK(got.blocksPerLayer == schema.blocksPerLayer);
+  CHECK(got.blockRowsPerLayer == std::vector<int64_t>{0, 0, 0});
 }
 
 TEST_CASE("events are single fixed-length lines", "[log]") {
@@ -591,7 +605,7 @@ TEST_CASE("bad input is an fp4lab::Error with a hint", "[log]") {
   SECTION("invalid schemas are refused before a file exists") {
     RunLogSchema schema = fullSchema();
     std::string expected;
-    switch (GENERATE(0, 1, 2, 3, 4, 5, 6, 7)) {
+    switch (GENERATE(0, 1, 2, 3, 4, 5, 6, 7, 8, 9)) {
       case 0:
         schema.evalColumns = {"val_loss", "val_loss"}, expected = "duplicate name";
         break;
@@ -605,7 +619,7 @@ TEST_CASE("bad input is an fp4lab::Error with a hint", "[log]") {
         schema.quantMetrics = {"layers"}, expected = "reserved name 'layers'";
         break;
       case 4:
-        schema.quantLayers.clear(), schema.blocksPerLayer.clear(),
+        schema.quantLayers.clear(), schema.blocksPerLayer.clear(), schema.blockRowsPerLayer.clear(),
             expected = "quantMetrics given but no quantLayers";
         break;
       case 5:
@@ -616,6 +630,12 @@ TEST_CASE("bad input is an fp4lab::Error with a hint", "[log]") {
         break;
       case 7:
         schema.blocksPerLayer[0] = -1, expected = "negative block count";
+        break;
+      case 8:
+        schema.blockRowsPerLayer = {2, 0}, expected = "2 entries for 3 block counts";
+        break;
+      case 9:
+        schema.blockRowsPerLayer = {3, 0, 1}, expected = "does not divide the layer's 4 blocks";
         break;
     }
     requireError([&] { RunLogWriter::create(path, attributes(), schema); }, expected);

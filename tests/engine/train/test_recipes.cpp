@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 
 #include "../temp_dir.h"
 #include "fp4lab/log/run_log.h"
@@ -77,6 +78,25 @@ TEST_CASE("PTQ calibrates, evaluates and saves without training", "[recipes][ptq
   std::vector<float> blocks = log.readBlocks(0, 0, 1);
   CHECK(int64_t(blocks.size()) == schema.blocksPerLayer[0]);
   CHECK(std::isfinite(blocks[0]));
+  // The block map's rows are the weight's rows: hidden for the projections into the residual
+  // stream, intermediate for up/gate (read from the saved config, not from the code under test).
+  const auto configValue = [&](const std::string& key) {
+    std::ifstream in(o.runDir + "/model/config.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    std::smatch m;
+    REQUIRE(std::regex_search(text, m, std::regex("\"" + key + "\"\\s*:\\s*([0-9]+)")));
+    return std::stoll(m[1]);
+  };
+  REQUIRE(schema.blockRowsPerLayer.size() == schema.quantLayers.size());
+  for (size_t l = 0; l < schema.quantLayers.size(); ++l) {
+    const std::string& name = schema.quantLayers[l];
+    INFO(name);
+    if (name.find("down_proj") != std::string::npos || name.find("o_proj") != std::string::npos)
+      CHECK(schema.blockRowsPerLayer[l] == configValue("hidden_size"));
+    if (name.find("up_proj") != std::string::npos || name.find("gate_proj") != std::string::npos)
+      CHECK(schema.blockRowsPerLayer[l] == configValue("intermediate_size"));
+    CHECK(schema.blocksPerLayer[l] % schema.blockRowsPerLayer[l] == 0);
+  }
   CHECK(fs::exists(o.runDir + "/model/quant_state.json"));
   CHECK(fs::exists(o.runDir + "/model/model.safetensors"));
 }

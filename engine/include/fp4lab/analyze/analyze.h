@@ -144,6 +144,8 @@ struct QuantRow {
   std::vector<std::string> metrics;        // in the group's order
   std::vector<std::vector<float>> values;  // [metric][layer]
   std::vector<std::vector<float>> blocks;  // [layer]: that row of /blocks/<l>; empty if none
+  std::vector<int64_t> blockRows;  // [layer]: the weight rows the blocks span (attribute `rows`);
+                                   // 0 if none or not recorded
 };
 QuantRow readQuantRow(const std::string& path, const std::string& group = "/quant",
                       int64_t row = -1);

@@ -32,6 +32,11 @@ struct RunLogSchema {
   // Empty: no /quant/blocks. Else one entry per layer: the number of blocks B_l of that layer,
   // giving /quant/blocks/<layer index> f32[K, B_l]; 0 means no per-block data for that layer.
   std::vector<int64_t> blocksPerLayer;
+  // Empty, or one entry per layer: the rows of the weight whose blocks /quant/blocks/<l> holds
+  // (the weight's elements over its last dimension, so E * out for a 3-D experts tensor), giving
+  // the block map's layout: blocksPerLayer[l] / rows blocks per row. Stored as the int64
+  // attribute `rows` of /quant/blocks/<l>; 0 = not recorded (logs written before it).
+  std::vector<int64_t> blockRowsPerLayer;
 };
 
 struct TrainRow {
