@@ -47,10 +47,11 @@ if ! have_torch; then
   have_torch || { log "torch ${TORCH_VERSION} does not import from $VENV"; exit 1; }
 fi
 # Test-only: the libraries the users' other tools are built on, to cross-check fp4lab's files
-# against (the product never imports Python; transformers needs accelerate to read GGUF). Pinned, and constrained to the pinned torch so that
-# installing them can never move it.
+# against (the product never imports Python; transformers needs accelerate to read GGUF; h5py,
+# with its own HDF5 build, is the independent reader of fp4lab's HDF5 files). Pinned, and
+# constrained to the pinned torch so that installing them can never move it.
 TEST_PACKAGES=(transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 gguf==0.19.0
-               compressed-tensors==0.20.1 numpy==2.4.6 accelerate==1.15.0)
+               compressed-tensors==0.20.1 numpy==2.4.6 accelerate==1.15.0 h5py==3.16.0)
 have_test_packages() {
   "$VENV/bin/python" - "${TEST_PACKAGES[@]}" <<'PY' 2>/dev/null
 import sys

@@ -3,10 +3,6 @@
 
 #include <QChart>
 #include <QChartView>
-#include <QFile>
-#include <QJsonArray>
-#include <QJsonDocument>
-#include <QJsonObject>
 #include <QLabel>
 #include <QLegend>
 #include <QLineSeries>
@@ -19,7 +15,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
+
+#include "fp4lab/analyze/sensitivity_file.h"
 
 namespace fp4lab::widgets {
 
@@ -27,51 +26,32 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-double numberOr(const QJsonValue& v, double otherwise) {
-  return v.isDouble() ? v.toDouble() : otherwise;  // null (NaN in the file) gives `otherwise`
-}
-
 }  // namespace
 
 bool readSensitivityFile(const QString& path, SensitivityFile* out, QString* error) {
-  const auto fail = [&](const QString& what) {
-    if (error) *error = QStringLiteral("%1: %2").arg(path, what);
+  analyze::SensitivityFile f;
+  try {
+    f = analyze::readSensitivityFile(path.toStdString());
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
     return false;
-  };
-  QFile f(path);
-  if (!f.open(QIODevice::ReadOnly)) return fail(f.errorString());
-  QJsonParseError parse;
-  const QJsonDocument doc = QJsonDocument::fromJson(f.readAll(), &parse);
-  if (doc.isNull())
-    return fail(
-        QStringLiteral("not JSON (%1 at byte %2)").arg(parse.errorString()).arg(parse.offset));
-  const QJsonObject root = doc.object();
-  const QJsonArray plans = root.value(QStringLiteral("plans")).toArray();
-  const QJsonObject bf16 = root.value(QStringLiteral("bf16")).toObject();
-  const QJsonObject ptq = root.value(QStringLiteral("ptq")).toObject();
-  if (plans.isEmpty() || !bf16.value(QStringLiteral("loss")).isDouble())
-    return fail(
-        QStringLiteral("not a file of fp4lab sensitivity --output (no plans or no bf16 loss)"));
+  }
   SensitivityFile s;
-  s.model = root.value(QStringLiteral("model")).toString();
-  s.format = root.value(QStringLiteral("format")).toString();
-  s.formatName = root.value(QStringLiteral("format_name")).toString();
-  s.bf16Loss = bf16.value(QStringLiteral("loss")).toDouble();
-  s.bf16Bytes = bf16.value(QStringLiteral("bytes")).toInteger();
-  s.ptqLoss = numberOr(ptq.value(QStringLiteral("loss")), NAN);
-  s.ptqBytes = ptq.value(QStringLiteral("bytes")).toInteger();
-  s.chosenKeep = root.value(QStringLiteral("chosen_keep")).toInteger(-1);
-  for (qsizetype i = 0; i < plans.size(); ++i) {
-    const QJsonObject p = plans.at(i).toObject();
-    if (!p.value(QStringLiteral("bytes")).isDouble() || !p.value(QStringLiteral("keep")).isDouble())
-      return fail(QStringLiteral("plan %1 has no keep or bytes").arg(i));
+  s.model = QString::fromStdString(f.model);
+  s.format = QString::fromStdString(f.format);
+  s.formatName = QString::fromStdString(f.formatName);
+  s.bf16Loss = f.bf16Loss;
+  s.bf16Bytes = f.bf16Bytes;
+  s.ptqLoss = f.ptqLoss;
+  s.ptqBytes = f.ptqBytes;
+  s.chosenKeep = f.chosenKeep;
+  for (const auto& p : f.plans) {
     SensitivityPlanPoint point;
-    point.keep = p.value(QStringLiteral("keep")).toInteger();
-    point.bytes = p.value(QStringLiteral("bytes")).toInteger();
-    point.loss = numberOr(p.value(QStringLiteral("loss")), NAN);
-    point.kl = numberOr(p.value(QStringLiteral("kl")), NAN);
-    for (const QJsonValue& k : p.value(QStringLiteral("kept")).toArray())
-      point.kept << k.toString();
+    point.keep = p.keep;
+    point.bytes = p.bytes;
+    point.loss = p.loss;
+    point.kl = p.kl;
+    for (const auto& k : p.kept) point.kept << QString::fromStdString(k);
     s.plans.push_back(std::move(point));
   }
   std::sort(s.plans.begin(), s.plans.end(),
@@ -97,7 +77,7 @@ FrontierChart::FrontierChart(QWidget* parent) : QWidget(parent) {
   m_view->setRenderHint(QPainter::Antialiasing, true);
   m_view->setMinimumHeight(180);
   m_empty = new QLabel(QStringLiteral(
-      "Open a sensitivity file (fp4lab sensitivity MODEL --data FILE --output FILE.json) to see "
+      "Open a sensitivity file (fp4lab sensitivity MODEL --data FILE --output FILE.h5) to see "
       "the size/accuracy frontier."));
   m_empty->setWordWrap(true);
   m_empty->setAccessibleDescription(QStringLiteral("frontier chart status"));

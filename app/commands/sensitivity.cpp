@@ -1,6 +1,7 @@
 // `fp4lab sensitivity`: the loss when only one layer is fake-quantized, for every layer the
 // recipes would quantize, and the greedy keep-the-k-most-sensitive-in-BF16 frontier
-// (engine/run/sensitivity.cpp): a table, a JSON file, and a plan as a run's quant.exclude.
+// (engine/run/sensitivity.cpp): a table, an HDF5 or JSON file (fp4lab/analyze/
+// sensitivity_file.h), and a plan as a run's quant.exclude.
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,7 +21,7 @@ namespace {
 const char* kUsage =
     "fp4lab sensitivity MODEL_DIR --data FILE.jsonl [--format nvfp4|nvfp4-2d|mxfp4|mxfp4-floor]\n"
     "                  [--w4a4] [--max-batches N] [--threads N] [--no-kl] [--all-plans]\n"
-    "                  [--keep K] [--tolerance F] [--output FILE.json [--force]]\n"
+    "                  [--keep K] [--tolerance F] [--output FILE.h5|FILE.json [--force]]\n"
     "                  [--emit-exclude FILE] [--json] [key=value ...]";
 
 void printHelp() {
@@ -54,7 +55,10 @@ void printHelp() {
       "                     default: the smallest measured k whose loss is within --tolerance of\n"
       "                     the BF16 loss, loss_k <= bf16 + F * |bf16|\n"
       "  --tolerance F      relative loss tolerance of the default plan (default 0.01: 1%%)\n"
-      "  --output FILE      write everything as JSON (atomically; --force replaces FILE)\n"
+      "  --output FILE      write everything to FILE: HDF5 for .h5/.hdf5 (the analysis file's\n"
+      "                     layout: the per-layer losses as /quant/<format>, the rest under\n"
+      "                     /sensitivity; docs/log-schema.md), JSON otherwise; atomically,\n"
+      "                     --force replaces FILE (the workbench's model view opens either)\n"
       "  --emit-exclude FILE  write the chosen plan's quant.exclude value (the default\n"
       "                     excludes plus the kept layers, comma-separated, one line)\n"
       "  --json             print the JSON instead of the table\n"
@@ -67,7 +71,7 @@ void printHelp() {
 
 void checkOutputPath(const std::string& option, const std::string& path, bool force) {
   if (path.empty()) throw Error("--" + option + " is empty", "--" + option, "give a file name");
-  files::checkOutputFile(path, force, "sensitivity.json");
+  files::checkOutputFile(path, force, "sensitivity.h5");
 }
 
 }  // namespace
@@ -114,11 +118,7 @@ int runSensitivity(const std::vector<std::string>& argv) {
   const bool force = args.has("force");
   const std::string output = args.get("output", "");
   const std::string emit = args.get("emit-exclude", "");
-  if (args.has("output")) {
-    checkOutputPath("output", output, force);
-    if (endsWith(output, ".h5") || endsWith(output, ".hdf5"))
-      throw Error("HDF5 output is not supported yet", output, "write JSON, e.g. sensitivity.json");
-  }
+  if (args.has("output")) checkOutputPath("output", output, force);
   if (args.has("emit-exclude")) checkOutputPath("emit-exclude", emit, force);
   if (force && output.empty() && emit.empty())
     throw Error("--force without --output or --emit-exclude", "--force",
@@ -140,11 +140,11 @@ int runSensitivity(const std::vector<std::string>& argv) {
     throw Error("sensitivity cancelled", options.modelDir, "nothing was written");
   const int64_t chosen = keepGiven ? keep : run::chooseKeep(r, tolerance);
   const run::SensitivityPlan& plan = run::planWithKeep(r, chosen);
-  const std::string json = run::sensitivityJson(r, chosen, tolerance);
-  if (!output.empty()) files::writeFileAtomically(output, json + "\n");
+  const analyze::SensitivityFile file = run::sensitivityFile(r, chosen, tolerance);
+  if (!output.empty()) analyze::writeSensitivityFile(file, output, force);
   if (!emit.empty()) files::writeFileAtomically(emit, plan.exclude + "\n");
   if (args.has("json")) {
-    std::printf("%s\n", json.c_str());
+    std::printf("%s\n", analyze::sensitivityJson(file).c_str());
     return 0;
   }
   std::fputs(run::sensitivityTable(r, chosen).c_str(), stdout);

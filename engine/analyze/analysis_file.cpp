@@ -1,6 +1,8 @@
 // The analysis file (fp4lab/analyze/analyze.h; layout in docs/log-schema.md, "Analysis files"):
 // one run-log-style /quant group per format, so the run log's /quant reader (readQuantRow)
 // serves both, plus /analysis with what only an analysis has (histograms, raw statistics).
+// The sensitivity file (fp4lab/analyze/sensitivity_file.h, "Sensitivity files") is laid out the
+// same way: its per-layer losses as /quant/<format>, the rest under /sensitivity.
 // HDF5's C API through fp4lab_log's HDF5 layer (its lock, error handling and handles).
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,10 +11,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "fp4lab/analyze/analyze.h"
+#include "fp4lab/analyze/sensitivity_file.h"
 #include "fp4lab/common/files.h"
 #include "fp4lab/common/time.h"
 #include "fp4lab/error.h"
@@ -27,7 +33,8 @@ using d::Hid;
 
 constexpr int64_t kAnalysisSchema = 1;
 constexpr const char* kKind = "fp4lab-analysis";
-constexpr const char* kHint = "damaged, or not an fp4lab analysis file (fp4lab analyze --output)";
+constexpr const char* kHint =
+    "damaged, or not written by fp4lab analyze --output or fp4lab sensitivity --output";
 const char* const kCountColumns[] = {"count", "clipped", "flushed", "nonfinite"};
 const char* const kSumColumns[] = {"sum_x2", "sum_err2", "sum_xq", "sum_q2", "max_abs_err"};
 
@@ -214,12 +221,12 @@ void writeContents(hid_t file, const Analysis& a, const std::string& where) {
   }
 }
 
-void fsyncFile(const std::string& path) {
+void fsyncFile(const std::string& path, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 || ::fsync(fd) != 0) {
     const int err = errno;
     if (fd >= 0) ::close(fd);
-    throw Error(std::string("cannot sync the analysis file: ") + std::strerror(err), path);
+    throw Error("cannot sync the " + what + ": " + std::strerror(err), path);
   }
   ::close(fd);
 }
@@ -274,36 +281,36 @@ Hid openFile(const std::string& path, bool* swmr) {
 
 }  // namespace
 
-void writeAnalysisFile(const Analysis& a, const std::string& path, bool overwrite) {
-  if (a.entries.size() != a.layers.size() * a.formats.size() ||
-      a.outliers.size() != a.layers.size())
-    throw Error("inconsistent analysis (entries do not match layers x formats)", path);
-  files::checkOutputFile(path, overwrite, "analysis.h5");
+namespace {
+
+// Writes an HDF5 file through a temporary name in the same folder, synced, then published
+// without ever replacing a file that exists unless `overwrite` (link() refuses an existing name
+// atomically, so a file that appeared meanwhile is kept). `what`: "analysis file", ...
+void publishHdf5(const std::string& path, bool overwrite, const std::string& what,
+                 const std::string& command, const std::function<void(hid_t)>& contents) {
   const std::string parent = files::parentOf(path);
   const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
   try {
     {
       d::Hdf5Scope scope;
       Hid access = d::fileAccess(false, temporary);
-      Hid file =
-          d::own(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), H5Fclose,
-                 "cannot create the analysis file", path, "is the folder writable?");
-      writeContents(file.get(), a, path);
-      d::check(file.reset(), "cannot close the analysis file", path);
+      Hid file = d::own(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
+                        H5Fclose, "cannot create the " + what, path, "is the folder writable?");
+      contents(file.get());
+      d::check(file.reset(), "cannot close the " + what, path);
     }
-    fsyncFile(temporary);
+    fsyncFile(temporary, what);
     if (overwrite) {
       if (std::rename(temporary.c_str(), path.c_str()) != 0)
-        throw Error(std::string("cannot rename the analysis file: ") + std::strerror(errno), path);
+        throw Error("cannot rename the " + what + ": " + std::strerror(errno), path);
     } else {
-      // link() refuses an existing name atomically: a file that appeared meanwhile is kept.
       if (::link(temporary.c_str(), path.c_str()) != 0) {
         const int err = errno;
         if (err == EEXIST)
           throw Error("output file exists", path,
-                      "pass --force to replace it, or choose another path (fp4lab analyze)");
+                      "pass --force to replace it, or choose another path (" + command + ")");
         if (files::exists(path) || std::rename(temporary.c_str(), path.c_str()) != 0)
-          throw Error(std::string("cannot publish the analysis file: ") + std::strerror(err), path);
+          throw Error("cannot publish the " + what + ": " + std::strerror(err), path);
       } else {
         ::unlink(temporary.c_str());
       }
@@ -313,6 +320,17 @@ void writeAnalysisFile(const Analysis& a, const std::string& path, bool overwrit
     ::unlink(temporary.c_str());
     throw;
   }
+}
+
+}  // namespace
+
+void writeAnalysisFile(const Analysis& a, const std::string& path, bool overwrite) {
+  if (a.entries.size() != a.layers.size() * a.formats.size() ||
+      a.outliers.size() != a.layers.size())
+    throw Error("inconsistent analysis (entries do not match layers x formats)", path);
+  files::checkOutputFile(path, overwrite, "analysis.h5");
+  publishHdf5(path, overwrite, "analysis file", "fp4lab analyze",
+              [&](hid_t file) { writeContents(file, a, path); });
 }
 
 Analysis readAnalysisFile(const std::string& path) {
@@ -491,6 +509,341 @@ QuantRow readQuantRow(const std::string& path, const std::string& group, int64_t
     }
   }
   return out;
+}
+
+// ---- Sensitivity files ------------------------------------------------------------------------
+
+namespace {
+
+constexpr int64_t kSensitivitySchema = 1;
+constexpr const char* kSensitivityKind = "fp4lab-sensitivity";
+constexpr const char* kSensitivityHint =
+    "expected a file written by fp4lab sensitivity MODEL --data FILE --output FILE";
+
+nlohmann::json jsonNumber(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+double readDoubleAttribute(hid_t object, const char* name, const std::string& where) {
+  if (!d::hasAttribute(object, name, where)) return NAN;
+  Hid attr = d::own(H5Aopen(object, name, H5P_DEFAULT), H5Aclose, "H5Aopen", where, kHint);
+  Hid space = d::own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", where);
+  if (H5Sget_simple_extent_npoints(space.get()) != 1)
+    d::fail(std::string("attribute ") + name + " is not one number", where, kHint);
+  double v = NAN;
+  d::check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &v), std::string("cannot read attribute ") + name,
+           where, kHint);
+  return v;
+}
+
+std::vector<std::string> splitNames(const std::string& joined) {
+  std::vector<std::string> out;
+  for (size_t start = 0; start < joined.size();) {
+    size_t comma = joined.find(',', start);
+    if (comma == std::string::npos) comma = joined.size();
+    if (comma > start) out.push_back(joined.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+void writeSensitivityContents(hid_t file, const SensitivityFile& r, const std::string& where) {
+  if (r.formatName.empty() || r.formatName.find('/') != std::string::npos)
+    d::fail("the sensitivity result has no valid format name", where);
+  d::writeInt64Attribute(file, "schema_version", kSensitivitySchema, where);
+  d::writeStringAttribute(file, "kind", kSensitivityKind, where);
+  d::writeStringAttribute(file, "created_utc", utcTimestamp(), where);
+  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"model", &r.model},
+                                    {"data", &r.data},
+                                    {"format", &r.format},
+                                    {"format_name", &r.formatName}})
+    d::writeStringAttribute(file, name, *value, where);
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"w4a4", r.w4a4 ? 1 : 0},
+                                    {"sequences", r.sequences},
+                                    {"tokens", r.tokens},
+                                    {"seq_len", r.seqLen},
+                                    {"batch_size", r.batchSize},
+                                    {"eval_batches", r.evalBatches},
+                                    {"bf16_bytes", r.bf16Bytes},
+                                    {"ptq_bytes", r.ptqBytes},
+                                    {"chosen_keep", r.chosenKeep},
+                                    {"threads", int64_t(r.threads)}})
+    d::writeInt64Attribute(file, name, value, where);
+  for (const auto& [name, value] : {std::pair<const char*, double>{"bf16_loss", r.bf16Loss},
+                                    {"ptq_loss", r.ptqLoss},
+                                    {"ptq_kl", r.ptqKl},
+                                    {"tolerance", r.tolerance},
+                                    {"seconds", r.seconds}})
+    writeDoubleAttribute(file, name, {value}, where);
+
+  const hsize_t L = r.layers.size(), P = r.plans.size();
+  std::vector<std::string> names;
+  std::vector<double> loss, kl, delta;
+  std::vector<int64_t> shape, bytes, rank;
+  for (const SensitivityLayer& l : r.layers) {
+    names.push_back(l.name);
+    loss.push_back(l.loss), kl.push_back(l.kl), delta.push_back(l.loss - r.bf16Loss);
+    shape.insert(shape.end(), {l.rows, l.cols});
+    bytes.insert(bytes.end(), {l.bf16Bytes, l.fp4Bytes});
+    rank.push_back(l.rank);
+  }
+  // /quant/<format>: the run log's layout, one row (step 0), the losses with only that layer
+  // quantized as its metrics (float64 here; readQuantRow converts).
+  Hid quant = makeGroup(file, "quant", where);
+  Hid g = makeGroup(quant.get(), r.formatName, where);
+  d::writeStringAttribute(g.get(), "format", r.formatName, where);
+  writeStrings(g.get(), "layers", names, where);
+  const int64_t step = 0;
+  writeArray(g.get(), "step", H5T_STD_I64LE, H5T_NATIVE_INT64, {1}, &step, where);
+  writeArray(g.get(), "loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {1, L}, loss.data(), where);
+  writeArray(g.get(), "kl", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {1, L}, kl.data(), where);
+  writeArray(g.get(), "delta_loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {1, L}, delta.data(), where);
+
+  Hid sg = makeGroup(file, "sensitivity", where);
+  writeArray(sg.get(), "layer_shape", H5T_STD_I64LE, H5T_NATIVE_INT64, {L, 2}, shape.data(), where);
+  writeArray(sg.get(), "layer_bytes", H5T_STD_I64LE, H5T_NATIVE_INT64, {L, 2}, bytes.data(), where);
+  writeArray(sg.get(), "layer_rank", H5T_STD_I64LE, H5T_NATIVE_INT64, {L}, rank.data(), where);
+  std::vector<int64_t> keep, planBytes;
+  std::vector<double> planLoss, planKl;
+  std::vector<std::string> kept, exclude;
+  for (const SensitivityPlan& p : r.plans) {
+    keep.push_back(p.keep), planBytes.push_back(p.bytes);
+    planLoss.push_back(p.loss), planKl.push_back(p.kl);
+    for (const std::string& k : p.kept)
+      if (k.find(',') != std::string::npos) d::fail("a layer name holds a comma: " + k, where);
+    kept.push_back(joinNames(p.kept));
+    exclude.push_back(p.exclude);
+  }
+  writeArray(sg.get(), "plan_keep", H5T_STD_I64LE, H5T_NATIVE_INT64, {P}, keep.data(), where);
+  writeArray(sg.get(), "plan_bytes", H5T_STD_I64LE, H5T_NATIVE_INT64, {P}, planBytes.data(), where);
+  writeArray(sg.get(), "plan_loss", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {P}, planLoss.data(), where);
+  writeArray(sg.get(), "plan_kl", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {P}, planKl.data(), where);
+  writeStrings(sg.get(), "plan_kept", kept, where);
+  writeStrings(sg.get(), "plan_exclude", exclude, where);
+}
+
+SensitivityFile readSensitivityHdf5(const std::string& path) {
+  d::Hdf5Scope scope;
+  bool swmr = false;
+  Hid file;
+  try {
+    file = openFile(path, &swmr);
+  } catch (const Error& e) {
+    throw Error(e.problem(), path, kSensitivityHint);
+  }
+  const hid_t f = file.get();
+  const auto kind = d::readStringAttribute(f, "kind", path);
+  if (!kind || *kind != kSensitivityKind)
+    throw Error("not an fp4lab sensitivity file (no kind = \"fp4lab-sensitivity\" attribute)", path,
+                kSensitivityHint);
+  const auto version = d::readInt64Attribute(f, "schema_version", path);
+  if (!version) throw Error("no schema_version attribute", path, kHint);
+  if (*version > kSensitivitySchema)
+    throw Error("written by a newer fp4lab (sensitivity schema " + std::to_string(*version) + ")",
+                path, "update fp4lab");
+  SensitivityFile r;
+  const auto text = [&](const char* name) {
+    return d::readStringAttribute(f, name, path).value_or("");
+  };
+  const auto integer = [&](const char* name, int64_t otherwise) {
+    return d::readInt64Attribute(f, name, path).value_or(otherwise);
+  };
+  r.model = text("model"), r.data = text("data"), r.format = text("format");
+  r.formatName = text("format_name");
+  if (r.formatName.empty() || r.formatName.find('/') != std::string::npos)
+    throw Error("no format_name attribute", path, kHint);
+  r.w4a4 = integer("w4a4", 0) != 0;
+  r.sequences = integer("sequences", 0), r.tokens = integer("tokens", 0);
+  r.seqLen = integer("seq_len", 0), r.batchSize = integer("batch_size", 0);
+  r.evalBatches = integer("eval_batches", 0);
+  r.bf16Bytes = integer("bf16_bytes", 0), r.ptqBytes = integer("ptq_bytes", 0);
+  r.chosenKeep = integer("chosen_keep", -1), r.threads = int(integer("threads", 0));
+  r.bf16Loss = readDoubleAttribute(f, "bf16_loss", path);
+  r.ptqLoss = readDoubleAttribute(f, "ptq_loss", path);
+  r.ptqKl = readDoubleAttribute(f, "ptq_kl", path);
+  r.tolerance = readDoubleAttribute(f, "tolerance", path);
+  r.seconds = readDoubleAttribute(f, "seconds", path);
+  if (!std::isfinite(r.bf16Loss)) throw Error("no bf16_loss attribute", path, kHint);
+
+  const std::string g = "/quant/" + r.formatName + "/";
+  const std::vector<std::string> names = readNames(f, g + "layers", path);
+  const hsize_t L = names.size();
+  const auto loss = readArray<double>(f, g + "loss", H5T_NATIVE_DOUBLE, {1, L}, H5T_FLOAT, path);
+  const auto kl = readArray<double>(f, g + "kl", H5T_NATIVE_DOUBLE, {1, L}, H5T_FLOAT, path);
+  const auto shape = readArray<int64_t>(f, "/sensitivity/layer_shape", H5T_NATIVE_INT64, {L, 2},
+                                        H5T_INTEGER, path);
+  const auto bytes = readArray<int64_t>(f, "/sensitivity/layer_bytes", H5T_NATIVE_INT64, {L, 2},
+                                        H5T_INTEGER, path);
+  const auto rank =
+      readArray<int64_t>(f, "/sensitivity/layer_rank", H5T_NATIVE_INT64, {L}, H5T_INTEGER, path);
+  for (size_t l = 0; l < L; ++l)
+    r.layers.push_back({names[l], shape[2 * l], shape[2 * l + 1], bytes[2 * l], bytes[2 * l + 1],
+                        loss[l], kl[l], rank[l]});
+  const std::vector<std::string> exclude = readNames(f, "/sensitivity/plan_exclude", path);
+  const hsize_t P = exclude.size();
+  const auto keep =
+      readArray<int64_t>(f, "/sensitivity/plan_keep", H5T_NATIVE_INT64, {P}, H5T_INTEGER, path);
+  const auto planBytes =
+      readArray<int64_t>(f, "/sensitivity/plan_bytes", H5T_NATIVE_INT64, {P}, H5T_INTEGER, path);
+  const auto planLoss =
+      readArray<double>(f, "/sensitivity/plan_loss", H5T_NATIVE_DOUBLE, {P}, H5T_FLOAT, path);
+  const auto planKl =
+      readArray<double>(f, "/sensitivity/plan_kl", H5T_NATIVE_DOUBLE, {P}, H5T_FLOAT, path);
+  const std::vector<std::string> kept = readNames(f, "/sensitivity/plan_kept", path);
+  if (kept.size() != P) d::fail("plan_kept and plan_exclude differ in length", path, kHint);
+  for (size_t p = 0; p < P; ++p)
+    r.plans.push_back(
+        {keep[p], splitNames(kept[p]), planBytes[p], planLoss[p], planKl[p], exclude[p]});
+  if (r.plans.empty()) throw Error("no plans", path, kHint);
+  return r;
+}
+
+SensitivityFile readSensitivityJson(const std::string& path, const std::string& text) {
+  const auto fail = [&](const std::string& what) -> SensitivityFile {
+    throw Error("not a file of fp4lab sensitivity --output (" + what + ")", path, kSensitivityHint);
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(std::string("not JSON and not HDF5 (") + e.what() + ")", path, kSensitivityHint);
+  }
+  if (!j.is_object()) return fail("not a JSON object");
+  const auto number = [](const nlohmann::json& o, const char* key, double otherwise) {
+    const auto it = o.find(key);
+    return it != o.end() && it->is_number() ? it->get<double>() : otherwise;
+  };
+  const auto integer = [](const nlohmann::json& o, const char* key, int64_t otherwise) {
+    const auto it = o.find(key);
+    return it != o.end() && it->is_number() ? int64_t(it->get<double>()) : otherwise;
+  };
+  const auto string = [](const nlohmann::json& o, const char* key) {
+    const auto it = o.find(key);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const nlohmann::json empty = nlohmann::json::object();
+  const auto object = [&](const char* key) -> const nlohmann::json& {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_object() ? *it : empty;
+  };
+  SensitivityFile r;
+  r.model = string(j, "model"), r.data = string(j, "data"), r.format = string(j, "format");
+  r.formatName = string(j, "format_name");
+  r.w4a4 = j.value("w4a4", false);
+  r.sequences = integer(j, "sequences", 0), r.tokens = integer(j, "tokens", 0);
+  r.seqLen = integer(j, "seq_len", 0), r.batchSize = integer(j, "batch_size", 0);
+  r.evalBatches = integer(j, "eval_batches", 0);
+  r.bf16Loss = number(object("bf16"), "loss", NAN);
+  r.bf16Bytes = integer(object("bf16"), "bytes", 0);
+  r.ptqLoss = number(object("ptq"), "loss", NAN);
+  r.ptqKl = number(object("ptq"), "kl", NAN);
+  r.ptqBytes = integer(object("ptq"), "bytes", 0);
+  r.chosenKeep = integer(j, "chosen_keep", -1);
+  r.tolerance = number(j, "tolerance", NAN);
+  r.seconds = number(j, "seconds", 0);
+  r.threads = int(integer(j, "threads", 0));
+  if (!std::isfinite(r.bf16Loss)) return fail("no bf16 loss");
+  if (const auto it = j.find("layers"); it != j.end() && it->is_array())
+    for (const auto& l : *it) {
+      if (!l.is_object() || string(l, "name").empty()) return fail("a layer without a name");
+      r.layers.push_back({string(l, "name"), integer(l, "rows", 0), integer(l, "cols", 0),
+                          integer(l, "bf16_bytes", 0), integer(l, "fp4_bytes", 0),
+                          number(l, "loss", NAN), number(l, "kl", NAN), integer(l, "rank", 0)});
+    }
+  const auto plans = j.find("plans");
+  if (plans == j.end() || !plans->is_array() || plans->empty()) return fail("no plans");
+  for (size_t i = 0; i < plans->size(); ++i) {
+    const nlohmann::json& p = (*plans)[i];
+    if (!p.is_object() || !p.contains("keep") || !p["keep"].is_number() || !p.contains("bytes") ||
+        !p["bytes"].is_number())
+      return fail("plan " + std::to_string(i) + " has no keep or bytes");
+    SensitivityPlan plan;
+    plan.keep = integer(p, "keep", 0), plan.bytes = integer(p, "bytes", 0);
+    plan.loss = number(p, "loss", NAN), plan.kl = number(p, "kl", NAN);
+    plan.exclude = string(p, "exclude");
+    if (const auto k = p.find("kept"); k != p.end() && k->is_array())
+      for (const auto& name : *k)
+        if (name.is_string()) plan.kept.push_back(name.get<std::string>());
+    r.plans.push_back(std::move(plan));
+  }
+  return r;
+}
+
+}  // namespace
+
+bool isHdf5Path(const std::string& path) {
+  const auto ends = [&](const std::string& suffix) {
+    return path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends(".h5") || ends(".hdf5");
+}
+
+std::string sensitivityJson(const SensitivityFile& r, int indent) {
+  nlohmann::json layers = nlohmann::json::array(), plans = nlohmann::json::array();
+  for (const auto& l : r.layers)
+    layers.push_back({{"name", l.name},
+                      {"rows", l.rows},
+                      {"cols", l.cols},
+                      {"rank", l.rank},
+                      {"loss", jsonNumber(l.loss)},
+                      {"delta_loss", jsonNumber(l.loss - r.bf16Loss)},
+                      {"kl", jsonNumber(l.kl)},
+                      {"bf16_bytes", l.bf16Bytes},
+                      {"fp4_bytes", l.fp4Bytes}});
+  for (const auto& p : r.plans)
+    plans.push_back({{"keep", p.keep},
+                     {"bytes", p.bytes},
+                     {"loss", jsonNumber(p.loss)},
+                     {"kl", jsonNumber(p.kl)},
+                     {"kept", p.kept},
+                     {"exclude", p.exclude}});
+  const nlohmann::json j = {
+      {"model", r.model},
+      {"data", r.data},
+      {"format", r.format},
+      {"format_name", r.formatName},
+      {"w4a4", r.w4a4},
+      {"sequences", r.sequences},
+      {"tokens", r.tokens},
+      {"seq_len", r.seqLen},
+      {"batch_size", r.batchSize},
+      {"eval_batches", r.evalBatches},
+      {"bf16", {{"loss", jsonNumber(r.bf16Loss)}, {"bytes", r.bf16Bytes}}},
+      {"ptq",
+       {{"loss", jsonNumber(r.ptqLoss)}, {"kl", jsonNumber(r.ptqKl)}, {"bytes", r.ptqBytes}}},
+      {"layers", layers},
+      {"plans", plans},
+      {"chosen_keep", r.chosenKeep},
+      {"tolerance", jsonNumber(r.tolerance)},
+      {"seconds", r.seconds},
+      {"threads", r.threads}};
+  return j.dump(indent);
+}
+
+void writeSensitivityFile(const SensitivityFile& file, const std::string& path, bool overwrite) {
+  files::checkOutputFile(path, overwrite, "sensitivity.h5");
+  if (isHdf5Path(path))
+    publishHdf5(path, overwrite, "sensitivity file", "fp4lab sensitivity",
+                [&](hid_t f) { writeSensitivityContents(f, file, path); });
+  else
+    files::writeFileAtomically(path, sensitivityJson(file) + "\n");
+}
+
+SensitivityFile readSensitivityFile(const std::string& path) {
+  if (!files::exists(path))
+    throw Error("sensitivity file does not exist", path,
+                "check the path (fp4lab sensitivity --output)");
+  if (!files::isRegularFile(path)) throw Error("not a file", path, kSensitivityHint);
+  std::string text;
+  try {
+    text = files::readFile(path);
+  } catch (const Error& e) {
+    throw Error(e.problem(), path, "is it readable?");
+  }
+  static const char kHdf5Signature[] = "\x89HDF\r\n\x1a\n";
+  if (text.compare(0, 8, kHdf5Signature, 8) == 0) return readSensitivityHdf5(path);
+  return readSensitivityJson(path, text);
 }
 
 }  // namespace fp4lab::analyze

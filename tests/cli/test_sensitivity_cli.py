@@ -6,7 +6,9 @@ sensitivity ranking must put that down_proj first, and the plan keeping it in BF
 lower loss than the all-quantized plan. The plan's --emit-exclude, given to a real PTQ run
 (`fp4lab train recipe.name=ptq`), must evaluate to the loss the plan reports. Bad input (no
 model, no data, empty data, unknown format, an existing output) exits 2 with a message and
-writes nothing; SIGINT cancels (exit 2, no output file). Plain python3."""
+writes nothing; SIGINT cancels (exit 2, no output file). The HDF5 output is read with h5py (its
+own HDF5 build: an independent reader), the JSON output as JSON; both must say the same as the
+--json print. The venv's python (FP4LAB_PYTHON in CTest)."""
 import json
 import os
 import shutil
@@ -16,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import h5py
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_util  # noqa: E402
@@ -33,6 +37,54 @@ def check(cond, what):
 
 def run(args, **kw):
     return subprocess.run([BIN] + args, capture_output=True, text=True, timeout=300, **kw)
+
+
+def read_h5(path):
+    """The HDF5 sensitivity file (docs/log-schema.md, "Sensitivity files") as the JSON's dict."""
+    def text(v):
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    def num(v):
+        v = float(v[0] if hasattr(v, "__len__") else v)
+        return None if v != v else v  # NaN is null in the JSON
+
+    with h5py.File(path, "r") as f:
+        a = f.attrs
+        check(text(a["kind"]) == "fp4lab-sensitivity", "HDF5: kind attribute")
+        fmt = text(a["format_name"])
+        q = f["quant"][fmt]
+        names = [text(n) for n in q["layers"][()]]
+        check(list(q["step"][()]) == [0], "HDF5: /quant/<format> holds one row, step 0")
+        loss, kl = q["loss"][()], q["kl"][()]
+        check(loss.shape == (1, len(names)), f"HDF5: loss is [1, L], got {loss.shape}")
+        sg = f["sensitivity"]
+        shape, nbytes, rank = sg["layer_shape"][()], sg["layer_bytes"][()], sg["layer_rank"][()]
+        layers = [{"name": n, "rows": int(shape[i][0]), "cols": int(shape[i][1]),
+                   "bf16_bytes": int(nbytes[i][0]), "fp4_bytes": int(nbytes[i][1]),
+                   "rank": int(rank[i]), "loss": num(loss[0][i]), "kl": num(kl[0][i]),
+                   "delta_loss": num(q["delta_loss"][0][i])} for i, n in enumerate(names)]
+        plans = [{"keep": int(k), "bytes": int(b), "loss": num(lo), "kl": num(k_),
+                  "kept": [x for x in text(kept).split(",") if x], "exclude": text(ex)}
+                 for k, b, lo, k_, kept, ex in zip(sg["plan_keep"][()], sg["plan_bytes"][()],
+                                                  sg["plan_loss"][()], sg["plan_kl"][()],
+                                                  sg["plan_kept"][()], sg["plan_exclude"][()])]
+        return {"model": text(a["model"]), "format_name": fmt,
+                "eval_batches": int(a["eval_batches"]), "sequences": int(a["sequences"]),
+                "tokens": int(a["tokens"]), "chosen_keep": int(a["chosen_keep"]),
+                "bf16": {"loss": num(a["bf16_loss"]), "bytes": int(a["bf16_bytes"])},
+                "ptq": {"loss": num(a["ptq_loss"]), "kl": num(a["ptq_kl"]),
+                        "bytes": int(a["ptq_bytes"])},
+                "layers": layers, "plans": plans}
+
+
+def same_content(h5, js, what):
+    """The HDF5 file says what the JSON says (the HDF5 loss of a layer alone is float64 too)."""
+    for key in ("model", "format_name", "eval_batches", "sequences", "tokens", "chosen_keep",
+                "bf16", "ptq", "layers", "plans"):
+        got, want = h5[key], js[key]
+        if key == "layers":
+            want = [{k: l[k] for k in h5["layers"][0]} for l in want]
+        check(got == want, f"{what}: {key} differs: {str(got)[:200]} vs {str(want)[:200]}")
 
 
 def bf16_values(raw):
@@ -97,20 +149,22 @@ with tempfile.TemporaryDirectory() as tmp:
     check(a is not None and b is not None and abs(a - b) <= 1e-3 * abs(a),
           f"the fragile model's BF16 loss {b} equals the original's {a}")
 
-    # nvfp4 with KL and --keep 1 into files; mxfp4 without KL, the default plan, as --json.
-    for fmt, extra in (("nvfp4", ["--keep", "1"]), ("mxfp4", ["--no-kl", "--json"])):
-        out = os.path.join(tmp, f"sens-{fmt}.json")
+    # nvfp4 with KL and --keep 1 into an HDF5 file, the same printed as --json; mxfp4 without KL,
+    # the default plan, into a JSON file, the table printed.
+    for fmt, extra in (("nvfp4", ["--keep", "1", "--json"]), ("mxfp4", ["--no-kl"])):
+        out = os.path.join(tmp, f"sens-{fmt}" + (".h5" if "--json" in extra else ".json"))
         emit = os.path.join(tmp, f"plan-{fmt}.txt")
         t0 = time.time()
         p = run(["sensitivity", model, "--data", rows, "--format", fmt, "--max-batches", "2",
-                 "--emit-exclude", emit, "--threads", "1"] + extra + SETTINGS
-                + ([] if "--json" in extra else ["--output", out]))
+                 "--emit-exclude", emit, "--threads", "1", "--output", out] + extra + SETTINGS)
         print(f"sensitivity {fmt} {' '.join(extra)}: {time.time() - t0:.1f} s")
         check(p.returncode == 0, f"sensitivity {fmt}: rc {p.returncode}: {p.stderr}")
         if p.returncode != 0:
             continue
         if "--json" in extra:
+            check(open(out, "rb").read(8) == b"\x89HDF\r\n\x1a\n", "--output .h5 is HDF5")
             r = json.loads(p.stdout)
+            same_content(read_h5(out), r, f"{fmt}: the HDF5 file and the --json print")
         else:
             check(FRAGILE in p.stdout and "keep" in p.stdout, "the table names layers and plans")
             r = json.load(open(out))
@@ -134,6 +188,8 @@ with tempfile.TemporaryDirectory() as tmp:
             check(all(pl["kl"] is None for pl in r["plans"]), "--no-kl: no KL")
         else:
             check(plans[1]["kl"] < plans[0]["kl"], "keeping it lowers the KL too")
+            # The reference is the same model computed the same way: nothing quantized, KL 0.
+            check(plans[28]["kl"] == 0, f"the BF16 plan's KL is 0, got {plans[28]['kl']}")
         # Sizes: each quantized weight as codes (n/2) and a scale byte per block.
         block = 16 if fmt == "nvfp4" else 32
         fl = layers[FRAGILE]
@@ -184,9 +240,12 @@ with tempfile.TemporaryDirectory() as tmp:
         check(p.returncode == 2 and "error" in p.stderr,
               f"{what}: rc {p.returncode}, stderr {p.stderr[-300:]}")
         check(not os.path.exists(out), f"{what}: no output file")
-    existing = os.path.join(tmp, "sens-nvfp4.json")
-    p = run(["sensitivity", model, "--data", rows, "--output", existing])
-    check(p.returncode == 2 and "exists" in p.stderr, "an existing output needs --force")
+    for existing in (os.path.join(tmp, "sens-nvfp4.h5"), os.path.join(tmp, "sens-mxfp4.json")):
+        before = open(existing, "rb").read() if os.path.exists(existing) else None
+        p = run(["sensitivity", model, "--data", rows, "--output", existing])
+        check(p.returncode == 2 and "exists" in p.stderr, f"{existing}: existing output needs --force")
+        check(before is not None and open(existing, "rb").read() == before,
+              f"{existing}: left as it was")
 
     # SIGINT cancels between evaluations: exit 2, no output file.
     out = os.path.join(tmp, "cancelled.json")

@@ -13,10 +13,10 @@ if [[ ! -f "$RUNS/report.md" ]]; then
   rm -rf "$RUNS"
   "$BUILD/app/fp4lab" experiment --quick --output-dir "$RUNS"
 fi
-if [[ ! -f "$RUNS/sensitivity.json" ]]; then
+if [[ ! -f "$RUNS/sensitivity.h5" ]]; then
   # The model view's size/accuracy frontier: the SFT model's layer sensitivity in NVFP4.
   "$BUILD/app/fp4lab" sensitivity "$RUNS/sft/model" --data builtin:sft --format nvfp4 \
-    --max-batches 2 --threads 1 --output "$RUNS/sensitivity.json"
+    --max-batches 2 --threads 1 --output "$RUNS/sensitivity.h5"
 fi
 mkdir -p "$OUT"
 FP4LAB_SCREENSHOT_RUNS=$(realpath "$RUNS") FP4LAB_SCREENSHOT_OUT=$(realpath "$OUT") \

@@ -2,7 +2,8 @@
 // block-amax and weight histograms, outlier counts, against the kernels' own outputs and the
 // reference path's quantize/dequantize on random F32 tensors of several shapes; a planted outlier;
 // the HDF5 analysis file (round trip through readAnalysisFile, the same /quant reader as run logs,
-// and an independent reading with HDF5's C API); bad output paths and files.
+// and an independent reading with HDF5's C API); bad output paths and files; the sensitivity file
+// in both encodings.
 #include <catch2/catch.hpp>
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 
 #include "../temp_dir.h"
 #include "fp4lab/analyze/analyze.h"
+#include "fp4lab/analyze/sensitivity_file.h"
 #include "fp4lab/common/files.h"
 #include "fp4lab/error.h"
 #include "fp4lab/io/safetensors.h"
@@ -534,4 +536,155 @@ TEST_CASE("analysis files: existing, unwritable and foreign paths give clear err
   CHECK_THROWS_WITH(an::readAnalysisFile(dir.file("text.h5")), Catch::Contains("not an HDF5 file"));
   CHECK_THROWS_AS(an::readQuantRow(dir.file("text.h5")), fp4lab::Error);
   CHECK_THROWS_AS(an::readQuantRow(path, "quant"), fp4lab::Error);
+}
+
+namespace {
+
+// A sensitivity result of random numbers, with the NaNs a real one has (KL not measured, a plan
+// not measured).
+an::SensitivityFile randomSensitivity(std::mt19937& rng, bool w4a4) {
+  std::uniform_real_distribution<double> u(0.1, 3.0);
+  std::uniform_int_distribution<int64_t> n(1, int64_t(1) << 40);
+  an::SensitivityFile s;
+  s.model = "/models/some model";
+  s.data = "builtin:sft";
+  s.format = w4a4 ? "NVFP4 W4A4, 1-D blocks" : "NVFP4 W4A16, 1-D blocks";
+  s.formatName = w4a4 ? "nvfp4" : "mxfp4-floor";
+  s.w4a4 = w4a4;
+  s.sequences = 8, s.tokens = 2048, s.seqLen = 256, s.batchSize = 8, s.evalBatches = 1;
+  s.bf16Loss = u(rng), s.ptqLoss = u(rng), s.ptqKl = w4a4 ? NAN : u(rng);
+  s.bf16Bytes = n(rng), s.ptqBytes = n(rng);
+  const int L = 5;
+  for (int l = 0; l < L; ++l)
+    s.layers.push_back({"model.layers." + std::to_string(l) + ".mlp.down_proj", 64 + l, 128, n(rng),
+                        n(rng), u(rng), l == 2 ? NAN : u(rng), int64_t(L - l)});
+  for (int k = 0; k <= L; ++k) {
+    an::SensitivityPlan p;
+    p.keep = k;
+    for (int i = 0; i < k; ++i) p.kept.push_back(s.layers[size_t(L - 1 - i)].name);
+    p.bytes = n(rng), p.loss = k == 3 ? NAN : u(rng), p.kl = u(rng);
+    p.exclude = "*lm_head*" + std::string(k > 0 ? "," : "");
+    for (size_t i = 0; i < p.kept.size(); ++i) p.exclude += (i ? "," : "") + p.kept[i];
+    s.plans.push_back(p);
+  }
+  s.chosenKeep = 2, s.tolerance = 0.01, s.seconds = u(rng), s.threads = 2;
+  return s;
+}
+
+bool sameDouble(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || a == b;
+}
+
+void checkSame(const an::SensitivityFile& a, const an::SensitivityFile& b) {
+  CHECK(a.model == b.model);
+  CHECK(a.data == b.data);
+  CHECK(a.format == b.format);
+  CHECK(a.formatName == b.formatName);
+  CHECK(a.w4a4 == b.w4a4);
+  CHECK(a.sequences == b.sequences);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.seqLen == b.seqLen);
+  CHECK(a.batchSize == b.batchSize);
+  CHECK(a.evalBatches == b.evalBatches);
+  CHECK(sameDouble(a.bf16Loss, b.bf16Loss));
+  CHECK(sameDouble(a.ptqLoss, b.ptqLoss));
+  CHECK(sameDouble(a.ptqKl, b.ptqKl));
+  CHECK(a.bf16Bytes == b.bf16Bytes);
+  CHECK(a.ptqBytes == b.ptqBytes);
+  CHECK(a.chosenKeep == b.chosenKeep);
+  CHECK(sameDouble(a.tolerance, b.tolerance));
+  CHECK(a.seconds == b.seconds);
+  CHECK(a.threads == b.threads);
+  REQUIRE(a.layers.size() == b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const auto &x = a.layers[l], &y = b.layers[l];
+    CHECK(x.name == y.name);
+    CHECK(x.rows == y.rows);
+    CHECK(x.cols == y.cols);
+    CHECK(x.bf16Bytes == y.bf16Bytes);
+    CHECK(x.fp4Bytes == y.fp4Bytes);
+    CHECK(sameDouble(x.loss, y.loss));
+    CHECK(sameDouble(x.kl, y.kl));
+    CHECK(x.rank == y.rank);
+  }
+  REQUIRE(a.plans.size() == b.plans.size());
+  for (size_t p = 0; p < a.plans.size(); ++p) {
+    const auto &x = a.plans[p], &y = b.plans[p];
+    CHECK(x.keep == y.keep);
+    CHECK(x.kept == y.kept);
+    CHECK(x.bytes == y.bytes);
+    CHECK(sameDouble(x.loss, y.loss));
+    CHECK(sameDouble(x.kl, y.kl));
+    CHECK(x.exclude == y.exclude);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sensitivity files: HDF5 and JSON hold the same result exactly",
+          "[analyze][sensitivity]") {
+  fp4lab::testing::TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  for (const bool w4a4 : {false, true}) {
+    const an::SensitivityFile s = randomSensitivity(rng, w4a4);
+    const std::string h5 = dir.file(w4a4 ? "a.h5" : "b.hdf5"),
+                      js = dir.file(w4a4 ? "a.json" : "b.txt");
+    an::writeSensitivityFile(s, h5, false);
+    an::writeSensitivityFile(s, js, false);
+    CHECK(fp4lab::files::readFile(h5).compare(0, 4, "\x89HDF") == 0);
+    CHECK(nlohmann::json::parse(fp4lab::files::readFile(js)).is_object());
+    checkSame(an::readSensitivityFile(h5), s);
+    checkSame(an::readSensitivityFile(js), s);
+    // The per-layer losses are a run-log-style /quant row: the one /quant reader reads them.
+    const an::QuantRow q = an::readQuantRow(h5, "/quant/" + s.formatName);
+    CHECK(q.step == 0);
+    CHECK(q.metrics == std::vector<std::string>{"loss", "kl", "delta_loss"});
+    REQUIRE(q.layers.size() == s.layers.size());
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      CHECK(q.layers[l] == s.layers[l].name);
+      CHECK(sameFloat(q.values[0][l], float(s.layers[l].loss)));
+      CHECK(sameFloat(q.values[2][l], float(s.layers[l].loss - s.bf16Loss)));
+    }
+  }
+}
+
+TEST_CASE("sensitivity files: existing, foreign and damaged files give clear errors",
+          "[analyze][sensitivity][errors]") {
+  fp4lab::testing::TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  const an::SensitivityFile s = randomSensitivity(rng, false);
+  for (const std::string name : {"s.h5", "s.json"}) {
+    const std::string path = dir.file(name);
+    fp4lab::files::writeFileAtomically(path, "keep me");
+    CHECK_THROWS_WITH(an::writeSensitivityFile(s, path, false),
+                      Catch::Contains("exists") && Catch::Contains("--force"));
+    CHECK(fp4lab::files::readFile(path) == "keep me");
+    an::writeSensitivityFile(s, path, true);
+    CHECK(an::readSensitivityFile(path).plans.size() == s.plans.size());
+  }
+  CHECK(leftovers(dir.path.string()).size() == 0);
+  const auto fails = [&](const std::string& path, const std::string& what) {
+    INFO(path);
+    CHECK_THROWS_WITH(an::readSensitivityFile(path),
+                      Catch::Contains(what) && Catch::Contains(path));
+  };
+  fails(dir.file("missing.h5"), "does not exist");
+  fails(dir.path.string(), "not a file");
+  fp4lab::files::writeFileAtomically(dir.file("text.json"), "{ not json");
+  fails(dir.file("text.json"), "not JSON and not HDF5");
+  fp4lab::files::writeFileAtomically(dir.file("other.json"), R"({"model": "m", "layers": []})");
+  fails(dir.file("other.json"), "not a file of fp4lab sensitivity --output");
+  fp4lab::files::writeFileAtomically(dir.file("noplans.json"),
+                                     R"({"bf16": {"loss": 1.0}, "plans": [{"keep": 0}]})");
+  fails(dir.file("noplans.json"), "plan 0 has no keep or bytes");
+  // An analysis file, and a run log, are HDF5 but not sensitivity files.
+  writeFolder(dir.file("model"), {randomTensors(3)[0]});
+  an::Options o;
+  o.modelDir = dir.file("model");
+  an::writeAnalysisFile(an::analyzeModel(o), dir.file("analysis.h5"));
+  fails(dir.file("analysis.h5"), "not an fp4lab sensitivity file");
+  // A file cut short: HDF5's signature, then nothing usable.
+  const std::string whole = fp4lab::files::readFile(dir.file("s.h5"));
+  fp4lab::files::writeFileAtomically(dir.file("cut.h5"), whole.substr(0, whole.size() / 3));
+  CHECK_THROWS_AS(an::readSensitivityFile(dir.file("cut.h5")), fp4lab::Error);
 }

@@ -105,10 +105,12 @@ TEST_CASE("screenshots of every view", "[.screenshots]") {
       QSignalSpy loaded(inspector, &QuantInspector::analysisLoaded);
       inspector->openAnalysis(QString::fromStdString(file));
       REQUIRE(testing::waitFor([&] { return loaded.count() > 0; }, 30000));
+      // The last layer in NVFP4 (column 2), MXFP4 beside it.
+      inspector->setModelCompareFormat("mxfp4");
       inspector->modelHeatmap()->cellActivated(inspector->modelHeatmap()->rows() - 1, 2);
       // The frontier, when the screenshot script measured one (fp4lab sensitivity of the SFT
       // model into the runs folder).
-      const std::string sensitivity = std::string(runs) + "/sensitivity.json";
+      const std::string sensitivity = std::string(runs) + "/sensitivity.h5";
       if (files::isRegularFile(sensitivity))
         CHECK(inspector->openSensitivity(QString::fromStdString(sensitivity)));
       save(w, dir + QStringLiteral("/inspector-model.png"));

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fp4lab/analyze/sensitivity_file.h"
 #include "fp4lab/run/run_config.h"
 
 namespace fp4lab::run {
@@ -35,21 +36,8 @@ struct SensitivityOptions {
   std::vector<std::string> overrides;
 };
 
-struct LayerSensitivity {
-  std::string name;  // Hugging Face module name
-  int64_t rows = 0, cols = 0;
-  int64_t bf16Bytes = 0, fp4Bytes = 0;  // the weight in BF16; in the format (codes + scales)
-  double loss = 0, kl = 0;              // only this layer fake-quantized (kl NaN without kl)
-  int64_t rank = 0;                     // 1: the most sensitive (largest loss increase over BF16)
-};
-
-struct SensitivityPlan {
-  int64_t keep = 0;               // layers kept in BF16: the `keep` most sensitive
-  std::vector<std::string> kept;  // their names, most sensitive first
-  int64_t bytes = 0;              // the model's size with this plan
-  double loss = 0, kl = 0;        // measured (keep == N: the BF16 model's)
-  std::string exclude;            // quant.exclude for a run of this plan
-};
+using LayerSensitivity = analyze::SensitivityLayer;
+using SensitivityPlan = analyze::SensitivityPlan;
 
 struct SensitivityResult {
   std::string model, data, format;  // format: the quantization, e.g. "NVFP4 W4A16, 1-D blocks, ..."
@@ -89,11 +77,8 @@ const SensitivityPlan& planWithKeep(const SensitivityResult& result, int64_t kee
 
 // A fixed-width table: the BF16 and PTQ lines, the layers by rank, then the plans.
 std::string sensitivityTable(const SensitivityResult& result, int64_t chosenKeep);
-// {"model", "data", "format", "format_name", "w4a4", "sequences", "tokens", "bf16": {loss,
-// bytes}, "ptq": {loss, kl, bytes}, "layers": [{name, rows, cols, rank, loss, kl, delta_loss,
-// bf16_bytes, fp4_bytes}] (model order), "plans": [{keep, bytes, loss, kl, kept, exclude}],
-// "chosen_keep", "tolerance", "seconds", "threads"} (NaN as null).
-std::string sensitivityJson(const SensitivityResult& result, int64_t chosenKeep, double tolerance,
-                            int indent = 2);
+// What the file of `--output` holds (analyze::writeSensitivityFile writes it as HDF5 or JSON).
+analyze::SensitivityFile sensitivityFile(const SensitivityResult& result, int64_t chosenKeep,
+                                         double tolerance);
 
 }  // namespace fp4lab::run

@@ -32,9 +32,10 @@ struct SensitivityFile {
   std::vector<SensitivityPlanPoint> plans;  // by keep, ascending
 };
 
-// Reads what `fp4lab sensitivity --output FILE.json` writes. False, with `error` saying what is
-// wrong and where, for a missing, unreadable or foreign file (the JSON of another command, a
-// plan without bytes or loss); the file is small, so this reads on the calling thread.
+// Reads what `fp4lab sensitivity --output FILE` writes, HDF5 or JSON, through the one reader
+// (analyze::readSensitivityFile). False, with `error` saying what is wrong and where (the path
+// included), for a missing, unreadable or foreign file (the JSON of another command, an analysis
+// file, a plan without keep or bytes); the file is small, so this reads on the calling thread.
 bool readSensitivityFile(const QString& path, SensitivityFile* out, QString* error);
 
 class FrontierChart : public QWidget {
