@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <map>
 
@@ -402,35 +403,61 @@ void QuantInspector::buildLayerView(QWidget* page) {
   QFont f = m_layerTitle->font();
   f.setBold(true);
   m_layerTitle->setFont(f);
+  auto* stepLabel = new QLabel(QStringLiteral("&Step:"));
+  m_layerStep = named(new QComboBox, QStringLiteral("layer step"),
+                      QStringLiteral("the evaluation whose per-block errors are shown (also: "
+                                     "click a point of the chart below)"));
+  m_layerStep->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  m_layerStep->setEnabled(false);
+  stepLabel->setBuddy(m_layerStep);
+  auto* bar = new QHBoxLayout;
+  bar->addWidget(m_layerTitle, 1);
+  bar->addWidget(stepLabel);
+  bar->addWidget(m_layerStep);
   m_layerNote = noteLabel(QStringLiteral("layer view notes"));
   m_layerNote->setObjectName(QStringLiteral("layer view note"));
   m_layerBlocks = named(new HeatmapWidget, QStringLiteral("layer block map"),
-                        QStringLiteral("each block's mean squared error: weight rows by block "
-                                       "columns; wheel to zoom, right-click to export"));
+                        QStringLiteral("each block's mean squared error in run A: weight rows by "
+                                       "block columns; wheel to zoom, right-click to export"));
   m_layerBlocks->setCornerLabels(QStringLiteral("row"), QStringLiteral("block MSE"));
   m_layerBlocks->setEmptyText(QStringLiteral("Click a layer in the run view to see its blocks."));
+  m_layerBlocksB = named(new HeatmapWidget, QStringLiteral("layer block map B"),
+                         QStringLiteral("the same layer's block errors in run B, on the same "
+                                        "colour scale as run A's"));
+  m_layerBlocksB->setCornerLabels(QStringLiteral("row"), QStringLiteral("block MSE"));
+  m_layerBlocksB->hide();  // until a run B is chosen
   m_layerChart = new QChart;
   m_layerChart->legend()->setAlignment(Qt::AlignBottom);
   m_layerChartView = named(new QChartView(m_layerChart), QStringLiteral("layer metric chart"),
-                           QStringLiteral("the layer's metric against the optimizer step"));
+                           QStringLiteral("the layer's metric against the optimizer step; click a "
+                                          "point of run A for that step's blocks"));
   m_layerChartView->setRenderHint(QPainter::Antialiasing);
   m_layerChartView->setMinimumHeight(200);
+  auto* maps = new QSplitter(Qt::Horizontal);
+  maps->setObjectName(QStringLiteral("inspector layer maps"));
+  maps->addWidget(m_layerBlocks);
+  maps->addWidget(m_layerBlocksB);
+  maps->setChildrenCollapsible(false);
   auto* split = new QSplitter(Qt::Vertical);
   split->setObjectName(QStringLiteral("inspector layer split"));
-  split->addWidget(m_layerBlocks);
+  split->addWidget(maps);
   split->addWidget(m_layerChartView);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
   split->setSizes({600, 300});
   split->setChildrenCollapsible(false);
   auto* layout = new QVBoxLayout(page);
-  layout->addWidget(m_layerTitle);
+  layout->addLayout(bar);
   layout->addWidget(split, 1);
   layout->addWidget(m_layerNote);
   m_layerTitle->setText(QStringLiteral("No layer chosen"));
   m_layerNote->setText(
       QStringLiteral("Click a layer row of the run view's heatmap, or double-click "
                      "one in the worst-layers list."));
+  connect(m_layerStep, &QComboBox::activated, this, [this](int i) {
+    m_column = i;
+    requestBlocks();
+  });
 }
 
 void QuantInspector::buildModelView(QWidget* page) {
@@ -453,12 +480,22 @@ void QuantInspector::buildModelView(QWidget* page) {
       named(new QPushButton(QStringLiteral("Open &sensitivity\u2026")),
             QStringLiteral("open sensitivity"),
             QStringLiteral("open a file written by fp4lab sensitivity MODEL --data FILE --output "
-                           "FILE.json: its size/accuracy frontier under the heatmap"));
+                           "FILE.h5 (or .json): its size/accuracy frontier under the heatmap"));
+  auto* cLabel = new QLabel(QStringLiteral("&Beside:"));
+  m_modelCompare = named(new QComboBox, QStringLiteral("model compare format"),
+                         QStringLiteral("a second format whose block map and scale codes show "
+                                        "beside the clicked cell's, on the same colour scale"));
+  m_modelCompare->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  m_modelCompare->addItem(QStringLiteral("(none)"));
+  m_modelCompare->setEnabled(false);
+  cLabel->setBuddy(m_modelCompare);
   bar->addWidget(m_openAnalysis);
   bar->addWidget(m_openSensitivity);
   bar->addWidget(m_modelFile, 1);
   bar->addWidget(mLabel);
   bar->addWidget(m_modelMetricBox);
+  bar->addWidget(cLabel);
+  bar->addWidget(m_modelCompare);
 
   m_modelMap = named(new HeatmapWidget, QStringLiteral("format heatmap"),
                      QStringLiteral("layers (rows) by formats (columns); click a cell for that "
@@ -477,11 +514,26 @@ void QuantInspector::buildModelView(QWidget* page) {
   m_scaleHist = named(new BarChartWidget, QStringLiteral("scale code histogram"),
                       QStringLiteral("the blocks by scale code in the chosen format"));
   m_scaleHist->setEmptyText(QStringLiteral("Click a cell of the heatmap."));
+  m_modelBlocksB = named(new HeatmapWidget, QStringLiteral("model block map B"),
+                         QStringLiteral("the same layer's block errors in the second format"));
+  m_modelBlocksB->setCornerLabels(QStringLiteral("row"), QStringLiteral("block MSE"));
+  m_modelBlocksB->hide();
+  m_scaleHistB = named(new BarChartWidget, QStringLiteral("scale code histogram B"),
+                       QStringLiteral("the blocks by scale code in the second format"));
+  m_scaleHistB->hide();
+  const auto pair = [](const char* name, QWidget* a, QWidget* b) {
+    auto* split = new QSplitter(Qt::Horizontal);
+    split->setObjectName(QString::fromLatin1(name));
+    split->addWidget(a);
+    split->addWidget(b);
+    split->setChildrenCollapsible(false);
+    return split;
+  };
   auto* right = new QSplitter(Qt::Vertical);
   right->setObjectName(QStringLiteral("inspector model detail split"));
-  right->addWidget(m_modelBlocks);
+  right->addWidget(pair("inspector model block maps", m_modelBlocks, m_modelBlocksB));
   right->addWidget(m_weightHist);
-  right->addWidget(m_scaleHist);
+  right->addWidget(pair("inspector model scale codes", m_scaleHist, m_scaleHistB));
   right->setChildrenCollapsible(false);
   m_frontier = new FrontierChart;
   m_frontier->setObjectName(QStringLiteral("frontier"));
@@ -514,6 +566,9 @@ void QuantInspector::buildModelView(QWidget* page) {
   });
   connect(m_modelMap, &HeatmapWidget::cellActivated, this,
           [this](int row, int col) { showModelCell(row, col); });
+  connect(m_modelCompare, &QComboBox::activated, this, [this](int i) {
+    setModelCompareFormat(i > 0 ? m_modelCompare->itemText(i).toStdString() : std::string());
+  });
 }
 
 QString QuantInspector::runNote() const {
@@ -565,7 +620,10 @@ void QuantInspector::setRunB(const std::string& id) {
   populateRunCombos();
   m_dirty = true;
   refreshRunView();
-  if (m_layer >= 0) refreshLayerChart();
+  if (m_layer >= 0) {
+    refreshLayerChart();
+    requestBlocks();
+  }
 }
 
 void QuantInspector::setMetric(const std::string& metric) {
@@ -778,6 +836,13 @@ void QuantInspector::refreshLayerChart() {
     auto* s = new QLineSeries;
     s->setName(q(r->name));
     s->setPointsVisible(true);
+    if (r == a)  // a point of run A picks that evaluation's block map
+      connect(s, &QLineSeries::clicked, this, [this](const QPointF& point) {
+        const RunSnapshot* ra = find(m_idA);
+        if (!ra || !ra->curves) return;
+        m_column = detail::nearestColumn(ra->curves->quantSteps, std::llround(point.x()));
+        requestBlocks();
+      });
     for (size_t k = 0; k < c.quantSteps.size() && (k + 1) * L <= values->second.size(); ++k)
       if (const float v = values->second[k * L + l]; std::isfinite(v)) {
         s->append(double(c.quantSteps[k]), double(v));
@@ -809,6 +874,85 @@ void QuantInspector::refreshLayerChart() {
                  : QStringLiteral("%1 of %2: not measured").arg(q(m_metric), q(m_layerName)));
 }
 
+namespace {
+
+// One row of /quant/blocks/<layer> of one run, read on a worker thread.
+struct BlockSource {
+  std::string path;  // the run's log.h5
+  size_t layer = 0;  // index into that run's /quant/layers
+  int column = -1;   // the /quant row
+  int64_t step = -1;
+};
+
+detail::BlockRow readBlockRow(const BlockSource& s) {
+  detail::BlockRow out;
+  out.step = s.step;
+  try {
+    log::RunLogReader reader(s.path);
+    const log::RunLogSchema schema = reader.schema();
+    if (schema.blocksPerLayer.empty())
+      out.error = QStringLiteral(
+          "This run's log has no /quant/blocks: the run did not log per-block errors.");
+    else if (s.layer >= schema.blocksPerLayer.size() || schema.blocksPerLayer[s.layer] == 0)
+      out.error = QStringLiteral("This layer has no per-block data in the log.");
+    else if (s.column < 0)
+      out.error = QStringLiteral("No /quant row yet.");
+    else {
+      out.values = reader.readBlocks(s.layer, s.column, s.column + 1);
+      if (s.layer < schema.blockRowsPerLayer.size()) out.rows = schema.blockRowsPerLayer[s.layer];
+    }
+  } catch (const std::exception& e) {
+    out.error =
+        QStringLiteral("Cannot read the per-block errors: %1").arg(QString::fromUtf8(e.what()));
+  }
+  if (out.error.isEmpty() &&
+      std::none_of(out.values.begin(), out.values.end(), [](float v) { return std::isfinite(v); }))
+    out.error =
+        QStringLiteral("No per-block errors were logged for this layer at step %1 (not measured).")
+            .arg(s.step);
+  if (!out.error.isEmpty()) out.values.clear();
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+
+int nearestColumn(const std::vector<int64_t>& steps, int64_t step) {
+  int best = -1;
+  for (size_t k = 0; k < steps.size(); ++k)
+    if (best < 0 || std::llabs(steps[k] - step) < std::llabs(steps[size_t(best)] - step))
+      best = int(k);
+  return best;
+}
+
+bool showBlockMap(HeatmapWidget* map, std::vector<float> values, int64_t weightRows,
+                  const QString& title) {
+  const int64_t blocks = int64_t(values.size());
+  const int cols = blockGridColumns(blocks, weightRows);
+  const int rows = cols > 0 ? int(blocks / cols) : 0;
+  QStringList rowLabels, colLabels;
+  for (int r = 0; r < rows; ++r) rowLabels << QStringLiteral("row %1").arg(r);
+  for (int c = 0; c < cols; ++c) colLabels << QStringLiteral("block %1").arg(c);
+  map->setTitle(title);
+  map->setFixedScale(false);
+  map->setData(rows, cols, std::move(values), rowLabels, colLabels);
+  return weightRows > 0 && blocks % weightRows == 0;
+}
+
+bool shareScale(HeatmapWidget* a, HeatmapWidget* b) {
+  a->setFixedScale(false);
+  b->setFixedScale(false);
+  if (!a->hasData() || !b->hasData()) return false;
+  const heatmap::Scale s{std::min(a->scale().lo, b->scale().lo),
+                         std::max(a->scale().hi, b->scale().hi)};
+  a->setFixedScale(true, s);
+  b->setFixedScale(true, s);
+  return true;
+}
+
+}  // namespace detail
+
 void QuantInspector::requestBlocks() {
   const RunSnapshot* a = find(m_idA);
   if (!a || !a->curves || m_layer < 0) return;
@@ -816,84 +960,115 @@ void QuantInspector::requestBlocks() {
   const int rows = int(c.quantSteps.size());
   const int column = m_column < 0 || m_column >= rows ? rows - 1 : m_column;
   const int64_t step = column >= 0 ? c.quantSteps[size_t(column)] : -1;
+  {
+    QSignalBlocker block(m_layerStep);
+    m_layerStep->clear();
+    for (int64_t s : c.quantSteps) m_layerStep->addItem(QStringLiteral("step %1").arg(s));
+    m_layerStep->setCurrentIndex(column);
+    m_layerStep->setEnabled(rows > 1);
+  }
   m_layerTitle->setText(
       QStringLiteral("%1 \u2014 %2 at step %3").arg(q(m_layerName), q(a->name)).arg(step));
   m_layerBlocks->setTitle(QString());
   m_layerBlocks->setEmptyText(QStringLiteral("Reading the per-block errors\u2026"));
   m_layerNote->setText(QString());
-  const uint64_t serial = ++m_blockRequest;
-  const std::string path = files::join(a->id, "log.h5");
-  const size_t layer = size_t(m_layer);
-  QPointer<QuantInspector> self(this);
-  QThreadPool::globalInstance()->start([self, serial, path, layer, column, step] {
-    std::vector<float> values;
-    QString error;
-    try {
-      log::RunLogReader reader(path);
-      const log::RunLogSchema schema = reader.schema();
-      if (schema.blocksPerLayer.empty())
-        error = QStringLiteral(
-            "This run's log has no /quant/blocks: the run did not log "
-            "per-block errors.");
-      else if (layer >= schema.blocksPerLayer.size() || schema.blocksPerLayer[layer] == 0)
-        error = QStringLiteral("This layer has no per-block data in the log.");
-      else if (column < 0)
-        error = QStringLiteral("No /quant row yet.");
-      else
-        values = reader.readBlocks(layer, column, column + 1);
-    } catch (const std::exception& e) {
-      error =
-          QStringLiteral("Cannot read the per-block errors: %1").arg(QString::fromUtf8(e.what()));
+  const BlockSource sa{files::join(a->id, "log.h5"), size_t(m_layer), column, step};
+
+  // Run B: the same layer (by name) at the same step, or at B's nearest evaluation.
+  std::optional<BlockSource> sb;
+  QString bName, bWhy;
+  const RunSnapshot* b = find(m_idB);
+  const bool withB = b && b != a;
+  m_layerBlocksB->setVisible(withB);
+  if (withB) {
+    bName = q(b->name);
+    m_layerBlocksB->setTitle(QString());
+    m_layerBlocksB->setEmptyText(QStringLiteral("Reading run B's per-block errors\u2026"));
+    const RunCurves* cb = b->curves.get();
+    const auto it = cb ? std::find(cb->quantLayers.begin(), cb->quantLayers.end(), m_layerName)
+                       : std::vector<std::string>::const_iterator{};
+    if (!cb || it == cb->quantLayers.end())
+      bWhy = QStringLiteral("Run B (%1) has no layer %2.").arg(bName, q(m_layerName));
+    else if (cb->quantSteps.empty())
+      bWhy = QStringLiteral("Run B (%1) has no /quant row yet.").arg(bName);
+    else {
+      const int kb = detail::nearestColumn(cb->quantSteps, step);
+      sb = BlockSource{files::join(b->id, "log.h5"), size_t(it - cb->quantLayers.begin()), kb,
+                       cb->quantSteps[size_t(kb)]};
     }
+    if (!bWhy.isEmpty()) m_layerBlocksB->setEmptyText(bWhy);
+  }
+  const uint64_t serial = ++m_blockRequest;
+  QPointer<QuantInspector> self(this);
+  const QString aName = q(a->name);
+  QThreadPool::globalInstance()->start([self, serial, sa, sb, aName, bName, bWhy] {
+    detail::BlockRow ra = readBlockRow(sa);
+    std::optional<detail::BlockRow> rb;
+    if (sb) rb = readBlockRow(*sb);
     QMetaObject::invokeMethod(
         qApp,
-        [self, serial, values = std::move(values), error, step]() mutable {
+        [self, serial, ra = std::move(ra), rb = std::move(rb), aName, bName, bWhy]() mutable {
           if (!self || self->m_blockRequest != serial) return;
-          self->applyBlocks(std::move(values), error, step);
+          self->applyBlocks(std::move(ra), std::move(rb), aName, bName, bWhy);
         },
         Qt::QueuedConnection);
   });
 }
 
-void QuantInspector::applyBlocks(std::vector<float> values, const QString& error, int64_t step) {
-  const bool any =
-      std::any_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
-  if (!error.isEmpty() || !any) {
-    const QString why = !error.isEmpty() ? error
-                                         : QStringLiteral(
-                                               "No per-block errors were logged for this layer at "
-                                               "step %1 (not measured).")
-                                               .arg(step);
-    m_layerBlocks->setEmptyText(why);
-    m_layerNote->setText(why);
-    Q_EMIT layerBlocksLoaded();
-    return;
-  }
-  // The weight's row count, when an open analysis names the same module.
-  int64_t weightRows = 0;
+void QuantInspector::applyBlocks(detail::BlockRow a, std::optional<detail::BlockRow> b,
+                                 const QString& aName, const QString& bName, const QString& bWhy) {
+  // The weight's row count: from the log; else from an open analysis naming the same module.
+  int64_t analysisRows = 0;
   if (m_analysis)
     for (const auto& l : m_analysis->layers)
-      if (l.module == m_layerName) weightRows = l.rows;
-  const int64_t blocks = int64_t(values.size());
-  const int cols = detail::blockGridColumns(blocks, weightRows);
-  const bool known = weightRows > 0 && blocks % weightRows == 0;
-  const int rows = int(blocks / cols);
-  QStringList rowLabels, colLabels;
-  for (int r = 0; r < rows; ++r) rowLabels << QStringLiteral("row %1").arg(r);
-  for (int c = 0; c < cols; ++c) colLabels << QStringLiteral("block %1").arg(c);
-  m_layerBlocks->setTitle(QStringLiteral("block MSE at step %1").arg(step));
-  m_layerBlocks->setData(rows, cols, std::move(values), rowLabels, colLabels);
-  m_layerNote->setText(
-      known ? QStringLiteral("%1 blocks: %2 weight rows of %3 blocks (the shape from the open "
-                             "analysis file).")
-                  .arg(blocks)
-                  .arg(rows)
-                  .arg(cols)
-            : QStringLiteral("%1 blocks, drawn %2 per line: the run log does not record the "
-                             "weight's shape (open an analysis of the same model for the real "
-                             "rows x blocks layout).")
-                  .arg(blocks)
-                  .arg(cols));
+      if (l.module == m_layerName) analysisRows = l.rows;
+  QStringList notes;
+  const bool withB = !bName.isEmpty();
+  const auto show = [&](HeatmapWidget* map, detail::BlockRow& r, const QString& who) {
+    if (!r.error.isEmpty()) {
+      map->setEmptyText(r.error);
+      notes << (withB ? QStringLiteral("%1: %2").arg(who, r.error) : r.error);
+      return;
+    }
+    const int64_t blocks = int64_t(r.values.size());
+    const int64_t rows = r.rows > 0 ? r.rows : analysisRows;
+    const QString title = withB ? QStringLiteral("%1: block MSE at step %2").arg(who).arg(r.step)
+                                : QStringLiteral("block MSE at step %1").arg(r.step);
+    const bool known = detail::showBlockMap(map, std::move(r.values), rows, title);
+    const QString prefix = withB ? who + QStringLiteral(": ") : QString();
+    if (known)
+      notes << prefix + QStringLiteral("%1 blocks: %2 weight rows of %3 blocks%4.")
+                            .arg(blocks)
+                            .arg(map->rows())
+                            .arg(map->cols())
+                            .arg(r.rows > 0 ? QString()
+                                            : QStringLiteral(" (the shape from the open "
+                                                             "analysis file)"));
+    else
+      notes << prefix + QStringLiteral(
+                            "%1 blocks, drawn %2 per line: this log does not record "
+                            "the weight's shape (written before fp4lab logged it; "
+                            "open an analysis of the same model for the real "
+                            "rows x blocks layout).")
+                            .arg(blocks)
+                            .arg(map->cols());
+  };
+  show(m_layerBlocks, a, aName);
+  if (b) {
+    show(m_layerBlocksB, *b, bName);
+    if (b->error.isEmpty() && a.error.isEmpty() && b->step != a.step)
+      notes << QStringLiteral(
+                   "%1 did not measure step %2: its nearest evaluation, step %3, "
+                   "is shown.")
+                   .arg(bName)
+                   .arg(a.step)
+                   .arg(b->step);
+  } else if (withB && !bWhy.isEmpty()) {
+    notes << bWhy;
+  }
+  if (withB && detail::shareScale(m_layerBlocks, m_layerBlocksB))
+    notes << QStringLiteral("Both maps share one colour scale.");
+  m_layerNote->setText(notes.join(QLatin1Char(' ')));
   Q_EMIT layerBlocksLoaded();
 }
 
@@ -932,9 +1107,9 @@ void QuantInspector::openAnalysis(const QString& path) {
 }
 
 void QuantInspector::openSensitivityDialog() {
-  const QString path =
-      QFileDialog::getOpenFileName(this, QStringLiteral("Open sensitivity"), QString(),
-                                   QStringLiteral("fp4lab sensitivity (*.json);;All files (*)"));
+  const QString path = QFileDialog::getOpenFileName(
+      this, QStringLiteral("Open sensitivity"), QString(),
+      QStringLiteral("fp4lab sensitivity (*.h5 *.hdf5 *.json);;All files (*)"));
   if (!path.isEmpty()) openSensitivity(path);
 }
 
@@ -976,6 +1151,22 @@ void QuantInspector::applyAnalysis(std::shared_ptr<const analyze::Analysis> anal
   }
   m_analysis = std::move(analysis);
   m_analysisPath = path;
+  m_modelLayer = m_modelFormat = -1;
+  {
+    QSignalBlocker block(m_modelCompare);
+    m_modelCompare->clear();
+    m_modelCompare->addItem(QStringLiteral("(none)"));
+    int at = 0;
+    for (const auto& f : m_analysis->formats) {
+      if (f == m_modelCompareFormat) at = m_modelCompare->count();
+      m_modelCompare->addItem(q(f));
+    }
+    m_modelCompare->setCurrentIndex(at);
+    if (at == 0) m_modelCompareFormat.clear();
+    m_modelCompare->setEnabled(m_analysis->formats.size() > 1);
+  }
+  m_modelBlocksB->hide();
+  m_scaleHistB->hide();
   m_modelFile->setText(QStringLiteral("%1 (model %2)").arg(path, q(m_analysis->modelDir)));
   refreshModelView();
   m_modelBlocks->setEmptyText(
@@ -1028,34 +1219,86 @@ void QuantInspector::refreshModelView() {
   m_modelNote->setText(note);
 }
 
+void QuantInspector::setModelCompareFormat(const std::string& format) {
+  m_modelCompareFormat = format;
+  {
+    QSignalBlocker block(m_modelCompare);
+    const int at = format.empty() ? 0 : m_modelCompare->findText(q(format));
+    m_modelCompare->setCurrentIndex(std::max(at, 0));
+  }
+  showModelCell(m_modelLayer, m_modelFormat);
+}
+
 void QuantInspector::showModelCell(int layer, int format) {
   if (!m_analysis || layer < 0 || format < 0) return;
   const analyze::Analysis& a = *m_analysis;
   if (size_t(layer) >= a.layers.size() || size_t(format) >= a.formats.size()) return;
+  m_modelLayer = layer;
+  m_modelFormat = format;
   const analyze::Layer& L = a.layers[size_t(layer)];
-  const std::string& fmt = a.formats[size_t(format)];
-  const analyze::Entry* entry = nullptr;
-  for (const auto& e : a.entries)
-    if (e.layer == size_t(layer) && e.format == fmt) entry = &e;
-  const QString who = QStringLiteral("%1 in %2").arg(q(L.module), q(fmt));
+  const auto entryOf = [&](const std::string& fmt) -> const analyze::Entry* {
+    for (const auto& e : a.entries)
+      if (e.layer == size_t(layer) && e.format == fmt) return &e;
+    return nullptr;
+  };
   // Block map at the weight's own layout: rows x (blocks per row).
-  if (!entry || !entry->measured) {
-    m_modelBlocks->setEmptyText(QStringLiteral("%1: not measured (the weight's columns are not a "
-                                               "multiple of the block).")
-                                    .arg(who));
-  } else if (entry->blockMse.empty()) {
-    m_modelBlocks->setEmptyText(
-        QStringLiteral("%1: the analysis was written without per-block errors.").arg(who));
-  } else {
-    const int64_t blocks = int64_t(entry->blockMse.size());
-    const int cols = detail::blockGridColumns(blocks, L.rows);
-    const int rows = int(blocks / cols);
-    QStringList rl, cl;
-    for (int r = 0; r < rows; ++r) rl << QStringLiteral("row %1").arg(r);
-    for (int c = 0; c < cols; ++c) cl << QStringLiteral("block %1").arg(c);
-    m_modelBlocks->setTitle(QStringLiteral("block MSE: %1").arg(who));
-    m_modelBlocks->setData(rows, cols, entry->blockMse, rl, cl);
+  const auto blocks = [&](HeatmapWidget* map, const std::string& fmt) {
+    const analyze::Entry* entry = entryOf(fmt);
+    const QString who = QStringLiteral("%1 in %2").arg(q(L.module), q(fmt));
+    if (!entry || !entry->measured)
+      map->setEmptyText(QStringLiteral("%1: not measured (the weight's columns are not a "
+                                       "multiple of the block).")
+                            .arg(who));
+    else if (entry->blockMse.empty())
+      map->setEmptyText(
+          QStringLiteral("%1: the analysis was written without per-block errors.").arg(who));
+    else
+      detail::showBlockMap(map, entry->blockMse, L.rows, QStringLiteral("block MSE: %1").arg(who));
+  };
+  // Scale codes of a format, over the occupied codes.
+  const auto scales = [&](BarChartWidget* chart, const std::string& fmt) {
+    const analyze::Entry* entry = entryOf(fmt);
+    const QString who = QStringLiteral("%1 in %2").arg(q(L.module), q(fmt));
+    if (!entry || !entry->measured || entry->scaleHist.size() != 256) {
+      chart->setEmptyText(QStringLiteral("%1: no scale codes (not measured).").arg(who));
+      return;
+    }
+    int lo = 0, hi = 256;
+    while (lo < hi && entry->scaleHist[size_t(lo)] == 0) ++lo;
+    while (hi > lo && entry->scaleHist[size_t(hi - 1)] == 0) --hi;
+    const bool mx = fmt.rfind("mxfp4", 0) == 0;
+    std::vector<double> shown;
+    QStringList labels;
+    for (int c = lo; c < hi; ++c) {
+      shown.push_back(double(entry->scaleHist[size_t(c)]));
+      if (mx)
+        labels << (c == 0xff ? QStringLiteral("NaN") : QStringLiteral("2^%1").arg(c - 127));
+      else
+        labels << QString::number(e4m3Value(c), 'g', 3);
+    }
+    if (shown.empty())
+      chart->setEmptyText(QStringLiteral("%1: no blocks.").arg(who));
+    else
+      chart->setBars(std::move(shown), labels,
+                     QStringLiteral("%1 block scales of %2")
+                         .arg(mx ? QStringLiteral("E8M0") : QStringLiteral("E4M3"), who));
+  };
+  const std::string& fmt = a.formats[size_t(format)];
+  blocks(m_modelBlocks, fmt);
+  scales(m_scaleHist, fmt);
+  const bool beside = !m_modelCompareFormat.empty() && m_modelCompareFormat != fmt;
+  m_modelBlocksB->setVisible(beside);
+  m_scaleHistB->setVisible(beside);
+  if (beside) {
+    blocks(m_modelBlocksB, m_modelCompareFormat);
+    scales(m_scaleHistB, m_modelCompareFormat);
   }
+  if (beside && detail::shareScale(m_modelBlocks, m_modelBlocksB))
+    m_modelNote->setText(QStringLiteral("%1: %2 beside %3, block maps on one colour scale.")
+                             .arg(q(L.module), q(fmt), q(m_modelCompareFormat)));
+  else
+    m_modelBlocks->setFixedScale(false);
+
   // Weight magnitudes (both signs), trimmed to the occupied bins.
   if (size_t(layer) < a.outliers.size()) {
     const auto& o = a.outliers[size_t(layer)];
@@ -1091,30 +1334,6 @@ void QuantInspector::showModelCell(int layer, int format) {
                                 .arg(o.rms, 0, 'g', 3)
                                 .arg(o.over6));
     }
-  }
-  // Scale codes of the format, over the occupied codes.
-  if (!entry || !entry->measured || entry->scaleHist.size() != 256) {
-    m_scaleHist->setEmptyText(QStringLiteral("%1: no scale codes (not measured).").arg(who));
-  } else {
-    int lo = 0, hi = 256;
-    while (lo < hi && entry->scaleHist[size_t(lo)] == 0) ++lo;
-    while (hi > lo && entry->scaleHist[size_t(hi - 1)] == 0) --hi;
-    const bool mx = fmt.rfind("mxfp4", 0) == 0;
-    std::vector<double> shown;
-    QStringList labels;
-    for (int c = lo; c < hi; ++c) {
-      shown.push_back(double(entry->scaleHist[size_t(c)]));
-      if (mx)
-        labels << (c == 0xff ? QStringLiteral("NaN") : QStringLiteral("2^%1").arg(c - 127));
-      else
-        labels << QString::number(e4m3Value(c), 'g', 3);
-    }
-    if (shown.empty())
-      m_scaleHist->setEmptyText(QStringLiteral("%1: no blocks.").arg(who));
-    else
-      m_scaleHist->setBars(std::move(shown), labels,
-                           QStringLiteral("%1 block scales of %2")
-                               .arg(mx ? QStringLiteral("E8M0") : QStringLiteral("E4M3"), who));
   }
 }
 

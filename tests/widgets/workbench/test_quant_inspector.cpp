@@ -370,6 +370,93 @@ TEST_CASE("inspector layer view: the block map read off the GUI thread, or why t
   CHECK(detail::blockGridColumns(12, 3) == 4);
   CHECK(detail::blockGridColumns(12) == 4);
   CHECK(detail::blockGridColumns(7) == 7);
+  CHECK(detail::nearestColumn({5, 10, 15}, 11) == 1);
+  CHECK(detail::nearestColumn({5, 10, 15}, 100) == 2);
+  CHECK(detail::nearestColumn({}, 3) == -1);
+}
+
+TEST_CASE("inspector layer view: the weight's shape from the log, a step picker, run B beside A",
+          "[inspector][layer]") {
+  TempDir tmp;
+  const std::vector<std::string> layers = {"model.layers.0.mlp.up_proj",
+                                           "model.layers.0.mlp.down_proj"};
+  // A: 24 blocks of a 6-row weight, every 5 steps; B: another format's 48 blocks of the same
+  // 6 rows, larger errors, every 10 steps (so A's step 5 is not one of B's).
+  const auto blockRun = [&](const std::string& name, int64_t blocks, int evalEvery, float scale) {
+    testing::SyntheticRun r;
+    r.dir = tmp.file(name);
+    r.overrides = {"recipe.name=qat", "quant.format=nvfp4"};
+    r.steps = 20;
+    r.evalEvery = evalEvery;
+    r.quantLayers = layers;
+    r.blocks = blocks;
+    r.blockRows = 6;
+    r.blockValue = [scale](size_t layer, int64_t block, int step) {
+      return scale * float(1e-3 * double(layer + 1) + 1e-5 * double(block) + 1e-7 * step);
+    };
+    testing::writeRun(r);
+    return r.dir;
+  };
+  const std::string a = blockRun("qat-nvfp4", 24, 5, 1.0f);
+  const std::string b = blockRun("qat-mxfp4", 48, 10, 3.0f);
+  QuantInspector inspector;
+  inspector.setRuns(snapshotsOf({a, b}));
+  inspector.setSelectedRun(a);
+  inspector.refreshNow();
+  QSignalSpy loaded(&inspector, &QuantInspector::layerBlocksLoaded);
+  inspector.showLayer(1);  // the last evaluation, step 20
+  REQUIRE(waitFor([&] { return loaded.count() == 1; }));
+  HeatmapWidget* mapA = inspector.layerBlocks();
+  REQUIRE(mapA->hasData());
+  CHECK(mapA->rows() == 6);  // the log's `rows`, not a near-square guess (4 x 6)
+  CHECK(mapA->cols() == 4);
+  CHECK(inspector.layerNote().contains(QStringLiteral("6 weight rows of 4 blocks")));
+  CHECK(inspector.layerBlocksB()->isHidden());
+
+  // The step picker lists A's evaluations; picking step 5 shows step 5's blocks.
+  QComboBox* steps = inspector.layerStepBox();
+  REQUIRE(steps->count() == 4);
+  CHECK(steps->currentText() == QStringLiteral("step 20"));
+  steps->setCurrentIndex(0);
+  steps->activated(0);
+  REQUIRE(waitFor([&] { return loaded.count() == 2; }));
+  CHECK(mapA->value(0, 1) == float(1e-3 * 2 + 1e-5 * 1 + 1e-7 * 5));
+  CHECK(mapA->title().contains(QStringLiteral("step 5")));
+
+  // Run B: its map beside A's, B's nearest evaluation to step 5 (step 10), one colour scale.
+  inspector.setRunB(b);
+  REQUIRE(waitFor([&] { return loaded.count() == 3; }));
+  HeatmapWidget* mapB = inspector.layerBlocksB();
+  REQUIRE_FALSE(mapB->isHidden());
+  REQUIRE(mapB->hasData());
+  CHECK(mapB->rows() == 6);
+  CHECK(mapB->cols() == 8);
+  CHECK(mapB->value(0, 1) == 3.0f * float(1e-3 * 2 + 1e-5 * 1 + 1e-7 * 10));
+  CHECK(mapB->title().contains(QStringLiteral("qat-mxfp4")));
+  CHECK(inspector.layerNote().contains(QStringLiteral("nearest evaluation, step 10")));
+  CHECK(inspector.layerNote().contains(QStringLiteral("one colour scale")));
+  CHECK(mapA->scale().lo == mapB->scale().lo);
+  CHECK(mapA->scale().hi == mapB->scale().hi);
+  CHECK(mapA->scale().lo == Approx(1e-3 * 2 + 1e-7 * 5));
+  CHECK(mapB->scale().hi == Approx(3 * (1e-3 * 2 + 1e-5 * 47 + 1e-7 * 10)));
+  // A step B measured: the same step on both.
+  steps->setCurrentIndex(1);
+  steps->activated(1);
+  REQUIRE(waitFor([&] { return loaded.count() == 4; }));
+  CHECK(mapB->title().contains(QStringLiteral("step 10")));
+  CHECK_FALSE(inspector.layerNote().contains(QStringLiteral("nearest")));
+  // A run B without this layer: said beside A's map.
+  const std::string other = quantRun(tmp, "other", {"model.layers.5.mlp.up_proj"}, {}, 4);
+  inspector.setRuns(snapshotsOf({a, b, other}));
+  inspector.setRunB(other);
+  REQUIRE(waitFor([&] { return loaded.count() == 5; }));
+  CHECK_FALSE(mapB->hasData());
+  CHECK(mapB->emptyText().contains(QStringLiteral("has no layer")));
+  CHECK(mapA->hasData());
+  // No run B: one map again.
+  inspector.setRunB("");
+  REQUIRE(waitFor([&] { return loaded.count() == 6; }));
+  CHECK(mapB->isHidden());
 }
 
 TEST_CASE("inspector model view: an analysis file written by the analyze library opens",
@@ -441,6 +528,48 @@ TEST_CASE("inspector model view: an analysis file written by the analyze library
   CHECK_FALSE(inspector.modelBlocks()->hasData());
   CHECK(inspector.modelBlocks()->emptyText().contains(QStringLiteral("not measured")));
   CHECK(inspector.scaleHistogram()->values().empty());
+
+  // Beside: MXFP4's block map and scale codes next to NVFP4's, on one colour scale.
+  QComboBox* beside = inspector.modelCompareBox();
+  REQUIRE(beside->isEnabled());
+  REQUIRE(beside->count() == 3);  // (none), mxfp4, nvfp4
+  CHECK(inspector.modelBlocksB()->isHidden());
+  beside->setCurrentIndex(beside->findText(QStringLiteral("mxfp4")));
+  beside->activated(beside->currentIndex());
+  map->cellActivated(downRow, 1);
+  HeatmapWidget* a = inspector.modelBlocks();
+  HeatmapWidget* b = inspector.modelBlocksB();
+  REQUIRE_FALSE(b->isHidden());
+  REQUIRE(a->hasData());
+  REQUIRE(b->hasData());
+  CHECK(a->cols() == 64 / 16);
+  CHECK(b->rows() == 32);
+  CHECK(b->cols() == 64 / 32);
+  const analyze::Entry* mx = nullptr;
+  for (const auto& e : analysis.entries)
+    if (int(e.layer) == downRow && e.format == "mxfp4") mx = &e;
+  REQUIRE(mx);
+  for (int i = 0; i < 32 * 2; ++i) CHECK(b->value(i / 2, i % 2) == mx->blockMse[size_t(i)]);
+  CHECK(a->scale().lo == b->scale().lo);
+  CHECK(a->scale().hi == b->scale().hi);
+  double lo = INFINITY, hi = -INFINITY;
+  for (const HeatmapWidget* m : {a, b})
+    for (int r = 0; r < m->rows(); ++r)
+      for (int c = 0; c < m->cols(); ++c)
+        lo = std::min(lo, double(m->value(r, c))), hi = std::max(hi, double(m->value(r, c)));
+  CHECK(a->scale().lo == Approx(lo));
+  CHECK(a->scale().hi == Approx(hi));
+  double mxScales = 0;
+  for (double v : inspector.scaleHistogramB()->values()) mxScales += v;
+  CHECK(mxScales == 32 * 64 / 32);
+  // The same format beside itself shows one map; (none) hides the second again.
+  map->cellActivated(downRow, 0);
+  CHECK(b->isHidden());
+  beside->setCurrentIndex(0);
+  beside->activated(0);
+  map->cellActivated(downRow, 1);
+  CHECK(b->isHidden());
+  CHECK(inspector.scaleHistogramB()->isHidden());
 
   // Not an analysis file.
   inspector.openAnalysis(QString::fromStdString(tmp.file("missing.h5")));

@@ -94,7 +94,14 @@ TEST_CASE("screenshots of every view", "[.screenshots]") {
     const int worst = inspector->worstLayers()->layerOf(0);
     inspector->showLayer(worst < 0 ? 0 : worst);
     testing::waitFor([&] { return blocks.count() > 0; }, 10000);
+    // The same layer of QAT in NVFP4 beside QAT in MXFP4, on one colour scale.
+    inspector->setRunB(b);
+    testing::waitFor([&] { return blocks.count() > 1; }, 10000);
     save(w, dir + QStringLiteral("/inspector-layer.png"));
+    w.resize(1000, 650);
+    save(w, dir + QStringLiteral("/inspector-layer-small.png"));
+    w.resize(1600, 1000);
+    inspector->setRunB({});
     const std::string model = std::string(runs) + "/sft/model";
     if (files::isRegularFile(files::join(model, "model.safetensors"))) {
       testing::TempDir tmp;

@@ -47,6 +47,7 @@ struct SyntheticRun {
   std::vector<std::string> quantMetrics = {"sqnr_db", "rel_l2", "mse"};
   std::function<float(const std::string&, size_t, int)> quantValue{};
   int64_t blocks = 0;
+  int64_t blockRows = 0;  // > 0: recorded as the weights' row count (blockRowsPerLayer)
   std::function<float(size_t, int64_t, int)> blockValue{};
   std::vector<size_t> blockLayers{};
 };
@@ -67,6 +68,8 @@ inline void writeRun(const SyntheticRun& r) {
     schema.quantLayers = r.quantLayers;
     schema.quantMetrics = r.quantMetrics;
     if (r.blocks > 0) schema.blocksPerLayer.assign(r.quantLayers.size(), r.blocks);
+    if (r.blocks > 0 && r.blockRows > 0)
+      schema.blockRowsPerLayer.assign(r.quantLayers.size(), r.blockRows);
   }
   auto w = log::RunLogWriter::create(files::join(r.dir, "log.h5"), attributes, schema);
   for (int step = 1; step <= r.steps; ++step) {

@@ -5,11 +5,14 @@
 //   step missing in B is NaN, drawn grey). Beside it the worst layers at the last evaluation
 //   (WorstLayersModel).
 // - Layer view (click a row of the run view): that layer's per-block error map at the clicked
-//   evaluation, read from /quant/blocks/<l> off the GUI thread, and its metric against the step
-//   (A, and B when set).
+//   evaluation (a step picker, or a click on the chart, picks another), read from
+//   /quant/blocks/<l> off the GUI thread, laid out at the weight's shape (the log's `rows`); with
+//   a run B, B's map of the same layer beside it at the same step (or B's nearest), on one
+//   colour scale; and the layer's metric against the step (A, and B when set).
 // - Model view: an analysis file of `fp4lab analyze --output` (read off the GUI thread): layers x
 //   formats of a metric; for a clicked cell the layer's block map in that format, its weight
-//   histogram and its scale-code histogram.
+//   histogram and its scale-code histogram; with a second format chosen ("Beside"), that
+//   format's block map and scale codes beside them, the maps on one colour scale.
 // Wherever data cannot be shown, the view says why in text instead of drawing zeros.
 //
 // Reading: the per-block rows are read on demand by a QThreadPool task with its own
@@ -25,6 +28,7 @@
 #include <QWidget>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +74,23 @@ QString shortLayerName(const std::string& module);
 // row count is known and divides it, else the divisor of `blocks` nearest its square root
 // (the run log does not record the weight's shape).
 int blockGridColumns(int64_t blocks, int64_t rows = 0);
+// The index of the step nearest `step` (the earlier one on a tie); -1 for no steps.
+int nearestColumn(const std::vector<int64_t>& steps, int64_t step);
+// One row of a run's /quant/blocks/<l>: the values (empty when `error` says why), the weight's
+// row count (0: the log does not record it), and the step.
+struct BlockRow {
+  std::vector<float> values;
+  int64_t rows = 0, step = -1;
+  QString error;
+};
+// Draws per-block errors at the weight's own layout (`weightRows` rows of blocks, when known and
+// dividing the count; else near-square, blockGridColumns) with the automatic colour scale. True
+// when the layout is the weight's.
+bool showBlockMap(HeatmapWidget* map, std::vector<float> values, int64_t weightRows,
+                  const QString& title);
+// Gives two maps shown side by side one colour scale, the union of their automatic ones; each its
+// own when either has no data (false).
+bool shareScale(HeatmapWidget* a, HeatmapWidget* b);
 }  // namespace detail
 
 // The worst layers of one metric, worst first: for sqnr_db, act_sqnr_db and cosine the lowest
@@ -149,6 +170,8 @@ class QuantInspector : public QWidget {
   // Opens an analysis file in the model view (read on a worker thread; analysisLoaded follows).
   void openAnalysis(const QString& path);
   void openAnalysisDialog();
+  // The model view's second format ("Beside"), "" for none; redraws the clicked cell.
+  void setModelCompareFormat(const std::string& format);
   // A file of `fp4lab sensitivity --output FILE.json`: its size/accuracy frontier under the
   // model view's heatmap. False (the chart says why) for a file that cannot be read.
   bool openSensitivity(const QString& path, QString* error = nullptr);
@@ -161,8 +184,13 @@ class QuantInspector : public QWidget {
   const std::string& metric() const { return m_metric; }
   HeatmapWidget* runHeatmap() const { return m_runMap; }
   HeatmapWidget* layerBlocks() const { return m_layerBlocks; }
+  HeatmapWidget* layerBlocksB() const { return m_layerBlocksB; }  // hidden without a run B
+  QComboBox* layerStepBox() const { return m_layerStep; }
   HeatmapWidget* modelHeatmap() const { return m_modelMap; }
   HeatmapWidget* modelBlocks() const { return m_modelBlocks; }
+  HeatmapWidget* modelBlocksB() const { return m_modelBlocksB; }  // hidden unless "Beside" is set
+  BarChartWidget* scaleHistogramB() const { return m_scaleHistB; }
+  QComboBox* modelCompareBox() const { return m_modelCompare; }
   BarChartWidget* weightHistogram() const { return m_weightHist; }
   BarChartWidget* scaleHistogram() const { return m_scaleHist; }
   WorstLayersModel* worstLayers() const { return m_worst; }
@@ -190,7 +218,8 @@ class QuantInspector : public QWidget {
   void refreshRunView();
   void refreshLayerChart();
   void requestBlocks();
-  void applyBlocks(std::vector<float> values, const QString& error, int64_t step);
+  void applyBlocks(detail::BlockRow a, std::optional<detail::BlockRow> b, const QString& aName,
+                   const QString& bName, const QString& bWhy);
   void applyAnalysis(std::shared_ptr<const analyze::Analysis> analysis, const QString& path,
                      const QString& error);
   void refreshModelView();
@@ -208,6 +237,8 @@ class QuantInspector : public QWidget {
   std::shared_ptr<const analyze::Analysis> m_analysis;
   QString m_analysisPath;
   std::string m_modelMetric = "sqnr_db";
+  std::string m_modelCompareFormat;  // "" for none
+  int m_modelLayer = -1, m_modelFormat = -1;
 
   QTabWidget* m_views = nullptr;
   QComboBox *m_runA = nullptr, *m_runB = nullptr, *m_metricBox = nullptr;
@@ -218,7 +249,9 @@ class QuantInspector : public QWidget {
   QTableView* m_worstView = nullptr;
   QLabel* m_layerTitle = nullptr;
   QLabel* m_layerNote = nullptr;
+  QComboBox* m_layerStep = nullptr;
   HeatmapWidget* m_layerBlocks = nullptr;
+  HeatmapWidget* m_layerBlocksB = nullptr;
   QChartView* m_layerChartView = nullptr;
   QChart* m_layerChart = nullptr;
   QPushButton* m_openAnalysis = nullptr;
@@ -228,8 +261,9 @@ class QuantInspector : public QWidget {
   QLabel* m_modelNote = nullptr;
   QComboBox* m_modelMetricBox = nullptr;
   HeatmapWidget* m_modelMap = nullptr;
-  HeatmapWidget* m_modelBlocks = nullptr;
-  BarChartWidget *m_weightHist = nullptr, *m_scaleHist = nullptr;
+  QComboBox* m_modelCompare = nullptr;
+  HeatmapWidget *m_modelBlocks = nullptr, *m_modelBlocksB = nullptr;
+  BarChartWidget *m_weightHist = nullptr, *m_scaleHist = nullptr, *m_scaleHistB = nullptr;
 };
 
 }  // namespace fp4lab::widgets
