@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace fp4lab {
 
@@ -62,18 +64,23 @@ const char* toString(EventKind kind) {
 
 namespace {
 
-// Field 22 of /proc/<pid>/stat (after the parenthesised command name, which may hold spaces).
-int64_t startTicksOf(int pid) {
+// Fields of /proc/<pid>/stat after the parenthesised command name (which may hold spaces):
+// field 3 is the state, field 22 the start time in clock ticks. Empty if unreadable.
+std::vector<std::string> statFields(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
-  if (!std::getline(in, stat)) return -1;
+  if (!std::getline(in, stat)) return {};
   const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
+  if (close == std::string::npos || close + 2 > stat.size()) return {};
   std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i)
-    if (i == 22) return std::strtoll(field.c_str(), nullptr, 10);
-  return -1;
+  std::vector<std::string> out;
+  for (std::string field; out.size() < 20 && fields >> field;) out.push_back(field);
+  return out;
+}
+
+int64_t startTicksOf(int pid) {
+  const std::vector<std::string> f = statFields(pid);
+  return f.size() >= 20 ? std::strtoll(f[19].c_str(), nullptr, 10) : -1;
 }
 
 std::string bootId() {
@@ -97,9 +104,12 @@ bool isAlive(const ProcessIdentity& id) {
   if (id.pid <= 0) return false;
   if (::kill(id.pid, 0) != 0 && errno == ESRCH) return false;
   if (!id.bootId.empty() && !bootId().empty() && id.bootId != bootId()) return false;
-  if (id.startTicks >= 0) {
-    const int64_t now = startTicksOf(id.pid);
-    if (now >= 0 && now != id.startTicks) return false;
+  const std::vector<std::string> f = statFields(id.pid);
+  // A zombie (killed, not yet reaped by its parent) is gone: kill(pid, 0) still succeeds on it.
+  if (!f.empty() && (f[0] == "Z" || f[0] == "X")) return false;
+  if (id.startTicks >= 0 && f.size() >= 20) {
+    const int64_t now = std::strtoll(f[19].c_str(), nullptr, 10);
+    if (now != id.startTicks) return false;
   }
   return true;
 }

@@ -237,6 +237,26 @@ std::string RunEvent::toJson() const {
   return j.dump();
 }
 
+namespace {
+
+// A rank other than 0 whose collective failed: when rank 0, the run folder's writer, is the one
+// that died (its status.json still says running, with a pid of this machine that is gone, which
+// readRunFolder reports as crashed), nobody else would mark the run failed (under torchrun there is
+// no fp4lab launcher). The folder is only seen when it is on this machine or a shared filesystem;
+// a live rank 0 marks the run itself.
+void markFailedIfWriterDied(const std::string& runDir, int64_t maxSteps, const std::string& why) {
+  try {
+    const RunFolder folder = readRunFolder(runDir);
+    if (folder.state == RunState::Crashed)
+      writeRunStatus(runDir, RunState::Failed, folder.step, maxSteps,
+                     "rank 0 died; another rank reports: " + why);
+  } catch (const std::exception&) {
+    // Best effort: the error being thrown says what happened.
+  }
+}
+
+}  // namespace
+
 RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   config.validate();
   const fs::path runDir = resolveRunDir(config, options);
@@ -458,6 +478,8 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
       writeRunStatus(runDir.string(), RunState::Failed, trainer.state().step, maxSteps, e.what());
       logWriter->event("end", std::string("failed: ") + e.what());
       logWriter->close();
+    } else {
+      markFailedIfWriterDied(runDir.string(), maxSteps, e.what());
     }
     throw;
   }

@@ -9,7 +9,8 @@ equivalence  2 ranks x 1 thread against 1 process with the same global batch (fp
 resume       2 -> 1 and 1 -> 2: a run stopped with SIGTERM to the launcher (every rank stops,
              exit 130, cancelled) resumed with the other world size continues the same curve.
 faults       kill -9 of rank 1, then of rank 0: the launcher ends within the collective timeout,
-             names the dead rank, the run is failed and its last checkpoint is complete.
+             names the dead rank, the run is failed and its last checkpoint is complete; under
+             torchrun's variables (no launcher), kill -9 of rank 0: rank 1 marks the run failed.
 rendezvous   a rank alone fails naming the missing rank(s); a batch that does not split fails.
 quant        QAT (NVFP4) and QAD (MXFP4) under 2 ranks: both ranks hold the same amaxes (the
              max over their calibration slices) as one process, and the same weights.
@@ -235,6 +236,41 @@ def faults(tmp):
             fail(f"killing rank {victim}: the run is {status}, not failed")
         checkpoint_complete(out)
         print(f"kill -9 rank {victim}: stopped in {took:.1f} s; {err.strip().splitlines()[-1]}")
+
+    # Under torchrun (no fp4lab launcher: each rank started with its variables), kill -9 of rank 0,
+    # the writer: rank 1 fails within the timeout and, seeing rank 0's status.json still say
+    # running with a dead pid, marks the run failed itself.
+    out = os.path.join(tmp, "torchrun-kill-0")
+    port = str(free_port())
+    ranks = []
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        ranks.append(subprocess.Popen(
+            [BIN, "train", "--defaults"] + COMMON +
+            ["train.max_steps=100000", "train.checkpoint_every=2", "train.eval_every=0",
+             f"dist.timeout_s={timeout}", "--output-dir", out, "--events", "jsonl"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    until_step(ranks[0], 5)
+    ranks[0].kill()
+    killed = time.monotonic()
+    ranks[0].wait()
+    try:
+        _, err = ranks[1].communicate(timeout=timeout + 45)
+    except subprocess.TimeoutExpired:
+        ranks[1].kill()
+        fail("torchrun, killing rank 0: rank 1 hangs")
+    took = time.monotonic() - killed
+    if ranks[1].returncode == 0:
+        fail("torchrun, killing rank 0: rank 1 exited 0")
+    if took > timeout + 10:
+        fail(f"torchrun, killing rank 0: rank 1 took {took:.1f} s to stop (timeout {timeout})")
+    with open(out + "/status.json") as f:
+        status = json.load(f)
+    if status.get("state") != "failed" or "rank 0 died" not in status.get("message", ""):
+        fail(f"torchrun, killing rank 0: the run is {status}, not failed by rank 1")
+    checkpoint_complete(out)
+    print(f"torchrun, kill -9 rank 0: rank 1 stopped in {took:.1f} s and marked the run failed")
 
 
 def free_port():

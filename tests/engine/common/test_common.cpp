@@ -2,6 +2,9 @@
 // temporary behind; folders are published whole; run states and event kinds keep their names;
 // timestamps have the documented form.
 #include <catch2/catch.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <regex>
@@ -100,4 +103,16 @@ TEST_CASE("A process identity tells a live writer from a reused pid or another b
   ProcessIdentity gone;
   gone.pid = 999999999;  // beyond any pid_max
   CHECK_FALSE(isAlive(gone));
+  // A child that exited but was not reaped yet (a zombie: kill(pid, 0) still succeeds) is gone,
+  // with or without its start time.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  ProcessIdentity zombie;
+  zombie.pid = int(child);
+  for (int i = 0; i < 200 && isAlive(zombie); ++i) ::usleep(10000);
+  CHECK(::kill(child, 0) == 0);  // still there, unreaped
+  CHECK_FALSE(isAlive(zombie));
+  int status = 0;
+  ::waitpid(child, &status, 0);
 }
