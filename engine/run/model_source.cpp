@@ -60,6 +60,22 @@ model::ModelConfig builtinTinyConfig(int64_t vocab) {
   return c;
 }
 
+// scratch:100m: a ~125 M-parameter Llama (the scale of the published small-model runs) for
+// throughput and scaling measurements; random weights, the byte tokenizer (its 263 ids are the
+// first rows of the 32 000-token vocabulary).
+model::ModelConfig scratch100mConfig() {
+  model::ModelConfig c = builtinTinyConfig(32000);
+  c.hiddenSize = 768;
+  c.intermediateSize = 2048;
+  c.numHiddenLayers = 12;
+  c.numAttentionHeads = 12;
+  c.numKeyValueHeads = 4;
+  c.headDim = 64;
+  c.maxPositionEmbeddings = 4096;
+  c.tieWordEmbeddings = false;
+  return c;
+}
+
 // The tokenizer from the files a bundle loaded (not from its folder, which may be gone by now).
 std::unique_ptr<data::Tokenizer> tokenizerFrom(
     const std::vector<std::pair<std::string, std::string>>& tokenizerFiles,
@@ -592,19 +608,22 @@ ModelBundle loadModelBundle(const std::string& path, torch::Dtype dtype, uint64_
                             bool bf16Weights) {
   ModelBundle b;
   b.source = path;
-  if (path == "scratch:tiny") {
+  if (path == "scratch:tiny" || path == "scratch:100m") {
     b.loadedTokenizer = data::makeByteTokenizer();
     b.tokenizerFiles.emplace_back(
         "fp4lab_tokenizer.json",
         nlohmann::json{{"type", "byte"}, {"vocab_size", b.loadedTokenizer->vocabSize()}}.dump(2) +
             "\n");
     torch::manual_seed(seed);
-    b.model = model::CausalLM(builtinTinyConfig(b.loadedTokenizer->vocabSize()));
+    b.model =
+        model::CausalLM(path == "scratch:tiny" ? builtinTinyConfig(b.loadedTokenizer->vocabSize())
+                                               : scratch100mConfig());
     b.model->to(dtype);
     return b;
   }
   if (path.rfind("scratch:", 0) == 0)
-    throw Error("unknown scratch model '" + path + "'", "model.path", "use scratch:tiny");
+    throw Error("unknown scratch model '" + path + "'", "model.path",
+                "use scratch:tiny or scratch:100m");
   std::string dir = path;
   if (path == "builtin:tiny")
     dir = builtinModelPath();

@@ -58,7 +58,9 @@ const std::vector<Binding>& table() {
                "a Hugging Face folder (config.json, model.safetensors or shards, tokenizer.json), "
                "a run's model/ or checkpoint (loaded with its quantizers), builtin:tiny (the "
                "shipped base model), builtin:smollm2-135m (SmolLM2-135M-Instruct, downloaded by "
-               "the setup script), or scratch:tiny (same shape as builtin:tiny, random weights)"))),
+               "the setup script), scratch:tiny (same shape as builtin:tiny, random weights), or "
+               "scratch:100m (a ~125 M-parameter Llama with random weights, for scaling "
+               "benchmarks)"))),
       bind(
           &C::bf16Weights,
           boolean("model.bf16_weights",
