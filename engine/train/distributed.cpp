@@ -184,62 +184,159 @@ void ProcessGroup::allReduceMax(torch::Tensor& tensor) {
   m->run("an all-reduce (max)", [&] { return m->backend->allreduce(one, o); });
 }
 
-double ProcessGroup::averageGradients(const std::vector<torch::Tensor>& parameters) {
-  torch::NoGradGuard noGrad;
-  // Buckets of consecutive parameters of one dtype.
+struct GradientAverager::Impl {
+  ProcessGroup::Impl* group = nullptr;
+  std::vector<torch::Tensor> parameters;
   struct Bucket {
-    std::vector<size_t> members;
+    std::vector<size_t> members;   // parameter indices
+    std::vector<int64_t> offsets;  // of each member in `flat`
     torch::Tensor flat;
+    size_t ready = 0;
     c10::intrusive_ptr<c10d::Work> work;
   };
   std::vector<Bucket> buckets;
+  std::vector<size_t> bucketOf, slotOf;  // per parameter: its bucket and its place in it
+  std::vector<char> done;                // per parameter: its gradient is in its bucket
+  std::vector<unsigned> hooks;
+  size_t nextLaunch = 0;
+  bool armed = false;
+  int overlapped = 0;
+
+  void launch(Bucket& b) {
+    std::vector<at::Tensor> one{b.flat};
+    try {
+      b.work = group->backend->allreduce(one);
+    } catch (const std::exception& e) {
+      group->fail("the gradient all-reduce", e);
+    }
+  }
+  // Starts the buckets whose gradients are all in, in index order.
+  void launchReady() {
+    while (nextLaunch < buckets.size() &&
+           buckets[nextLaunch].ready == buckets[nextLaunch].members.size())
+      launch(buckets[nextLaunch++]);
+  }
+  torch::Tensor slice(size_t i) {
+    const Bucket& b = buckets[bucketOf[i]];
+    const int64_t offset = b.offsets[slotOf[i]];
+    return b.flat.slice(0, offset, offset + parameters[i].numel());
+  }
+  void onGradient(size_t i, const torch::Tensor& grad) {
+    if (!armed) return;
+    if (done[i])
+      throw Error(
+          "the gradient of parameter " + std::to_string(i) + " arrived twice in one backward pass",
+          "the data-parallel gradient average", "this is a bug in fp4lab: report it");
+    torch::NoGradGuard noGrad;
+    const torch::Tensor& p = parameters[i];
+    torch::Tensor g = p.grad().defined() ? p.grad() + grad : grad;
+    slice(i).copy_(g.reshape({-1}));
+    done[i] = 1;
+    ++buckets[bucketOf[i]].ready;
+    launchReady();
+  }
+};
+
+GradientAverager::GradientAverager(ProcessGroup& group, std::vector<torch::Tensor> parameters)
+    : m(std::make_unique<Impl>()) {
+  m->group = group.m.get();
+  m->parameters = std::move(parameters);
+  const size_t n = m->parameters.size();
+  m->bucketOf.assign(n, 0);
+  m->slotOf.assign(n, 0);
+  m->done.assign(n, 0);
+  // Buckets of consecutive parameters of one dtype, from the last parameter back.
   int64_t bytes = 0;
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    const auto& p = parameters[i];
+  for (size_t k = n; k-- > 0;) {
+    const auto& p = m->parameters[k];
     const int64_t b = p.numel() * int64_t(p.element_size());
-    if (buckets.empty() || bytes + b > kBucketBytes ||
-        parameters[buckets.back().members.front()].scalar_type() != p.scalar_type()) {
-      buckets.emplace_back();
+    if (m->buckets.empty() || bytes + b > ProcessGroup::kBucketBytes ||
+        m->parameters[m->buckets.back().members.front()].scalar_type() != p.scalar_type()) {
+      m->buckets.emplace_back();
       bytes = 0;
     }
-    buckets.back().members.push_back(i);
+    auto& bucket = m->buckets.back();
+    m->bucketOf[k] = m->buckets.size() - 1;
+    m->slotOf[k] = bucket.members.size();
+    bucket.offsets.push_back(bucket.members.empty()
+                                 ? 0
+                                 : bucket.offsets.back() +
+                                       m->parameters[bucket.members.back()].numel());
+    bucket.members.push_back(k);
     bytes += b;
   }
+  for (auto& bucket : m->buckets) {
+    const auto& last = m->parameters[bucket.members.back()];
+    bucket.flat = torch::empty({bucket.offsets.back() + last.numel()},
+                               torch::TensorOptions(last.scalar_type()).device(last.device()));
+  }
+  Impl* impl = m.get();
+  for (size_t i = 0; i < n; ++i)
+    m->hooks.push_back(m->parameters[i].register_hook(
+        [impl, i](const torch::Tensor& grad) { impl->onGradient(i, grad); }));
+}
+
+GradientAverager::~GradientAverager() {
+  for (size_t i = 0; i < m->hooks.size(); ++i) m->parameters[i].remove_hook(m->hooks[i]);
+}
+
+void GradientAverager::arm() {
+  m->armed = true;
+}
+
+double GradientAverager::finish() {
+  torch::NoGradGuard noGrad;
+  m->armed = false;
   const auto started = Clock::now();
-  try {
-    for (auto& bucket : buckets) {
-      std::vector<torch::Tensor> pieces;
-      for (size_t i : bucket.members) {
-        const auto& p = parameters[i];
-        pieces.push_back(p.grad().defined() ? p.grad().reshape({-1})
-                                            : torch::zeros({p.numel()}, p.options()));
+  m->overlapped = int(m->nextLaunch);
+  for (size_t k = m->nextLaunch; k < m->buckets.size(); ++k) {
+    auto& b = m->buckets[k];
+    for (size_t i : b.members)
+      if (!m->done[i]) {
+        const auto& p = m->parameters[i];
+        if (p.grad().defined())
+          m->slice(i).copy_(p.grad().reshape({-1}));
+        else
+          m->slice(i).zero_();
       }
-      bucket.flat = torch::cat(pieces);
-      std::vector<at::Tensor> one{bucket.flat};
-      bucket.work = m->backend->allreduce(one);
-    }
-    const double scale = 1.0 / double(m->env.world);
-    for (auto& bucket : buckets) {
-      bucket.work->wait(m->timeout);
-      bucket.flat.mul_(scale);
-      int64_t offset = 0;
-      for (size_t i : bucket.members) {
-        auto p = parameters[i];
-        const int64_t n = p.numel();
-        torch::Tensor avg = bucket.flat.slice(0, offset, offset + n).view(p.sizes());
+    m->launch(b);
+  }
+  m->nextLaunch = m->buckets.size();
+  const double scale = 1.0 / double(m->group->env.world);
+  try {
+    for (auto& b : m->buckets) {
+      b.work->wait(m->group->timeout);
+      b.work.reset();
+      b.flat.mul_(scale);
+      for (size_t slot = 0; slot < b.members.size(); ++slot) {
+        auto p = m->parameters[b.members[slot]];
+        const int64_t offset = b.offsets[slot];
+        torch::Tensor avg = b.flat.slice(0, offset, offset + p.numel()).view(p.sizes());
         if (p.grad().defined())
           p.mutable_grad().copy_(avg);
         else
           p.mutable_grad() = avg.clone();
-        offset += n;
       }
     }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    m->fail("the gradient all-reduce", e);
+    m->group->fail("the gradient all-reduce", e);
   }
+  // Ready for the next step, armed or not (a step whose last micro-batch has no loss tokens runs
+  // no backward and is never armed).
+  std::fill(m->done.begin(), m->done.end(), 0);
+  for (auto& b : m->buckets) b.ready = 0;
+  m->nextLaunch = 0;
   return std::chrono::duration<double>(Clock::now() - started).count();
+}
+
+int GradientAverager::overlappedBuckets() const {
+  return m->overlapped;
+}
+
+int GradientAverager::buckets() const {
+  return int(m->buckets.size());
 }
 
 std::string tensorDigest(const std::vector<torch::Tensor>& tensors) {

@@ -39,15 +39,45 @@ class ProcessGroup {
   // In place: the elementwise sum / max over the ranks (CPU tensors).
   void allReduceSum(torch::Tensor& tensor);
   void allReduceMax(torch::Tensor& tensor);
-  // Averages the gradients of `parameters` over the ranks: flattened into buckets of at most
-  // kBucketBytes, all-reduced concurrently, written back divided by the world size (an absent
-  // gradient counts as zeros). Returns the seconds spent from the first launch to the last wait.
   static constexpr int64_t kBucketBytes = 8 << 20;
-  double averageGradients(const std::vector<torch::Tensor>& parameters);
+
+ private:
+  friend class GradientAverager;
+  struct Impl;
+  explicit ProcessGroup(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m;
+};
+
+// Averages the gradients of `parameters` over the ranks, overlapped with the backward pass as
+// DDP does: the parameters are split into buckets of at most ProcessGroup::kBucketBytes (in
+// reverse order, the order the backward produces their gradients), and a hook on each parameter
+// copies its finished gradient (plus what earlier micro-batches accumulated) into its bucket's
+// flat buffer; a bucket whose gradients are all in is all-reduced at once, asynchronously, while
+// the backward goes on. Buckets start in index order on every rank, so the collectives match.
+// A parameter the backward does not reach holds back its bucket, and so every later one, until
+// finish() (as in DDP without find_unused_parameters; fp4lab's models use every trainable
+// parameter). Usage per optimizer step: arm() just before the step's last backward(), then
+// finish(). With
+// nothing armed (or a last micro-batch without loss tokens, which runs no backward), finish()
+// launches every bucket itself: the same averages, not overlapped.
+class GradientAverager {
+ public:
+  GradientAverager(ProcessGroup& group, std::vector<torch::Tensor> parameters);
+  ~GradientAverager();  // removes the hooks
+  GradientAverager(const GradientAverager&) = delete;
+  GradientAverager& operator=(const GradientAverager&) = delete;
+
+  void arm();
+  // Launches the buckets the backward did not complete, waits for every all-reduce and writes
+  // the averages into the gradients (an absent gradient counts as zeros). Returns the seconds it
+  // took: the all-reduce time the backward did not hide. Throws fp4lab::Error if a peer failed.
+  double finish();
+  // Buckets the last finish() found already launched by the backward (for the tests/benchmark).
+  int overlappedBuckets() const;
+  int buckets() const;
 
  private:
   struct Impl;
-  explicit ProcessGroup(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> m;
 };
 

@@ -81,7 +81,9 @@ void Trainer::setProcessGroup(ProcessGroup* group) {
                     " does not split evenly over " + std::to_string(group->world()) + " ranks",
                 m_config.originOf("train.batch_size"),
                 "train.batch_size is the global batch: use a multiple of the number of processes");
+  m_averager.reset();
   m_group = group;
+  if (group) m_averager = std::make_unique<GradientAverager>(*group, m_parameters);
 }
 
 namespace {
@@ -222,9 +224,11 @@ TrainOutcome Trainer::run() {
         AutocastGuard guard(autocast, m_device.type());
         loss = m_recipe.loss(m_model, batch);
       }
-      if (m_group)
+      if (m_group) {
+        // The step's last backward: its gradients are all-reduced bucket by bucket as it goes.
+        if (micro == m_config.gradAccum - 1) m_averager->arm();
         (loss * (share * m_group->world() / double(m_config.gradAccum))).backward();
-      else
+      } else
         (loss / double(m_config.gradAccum)).backward();
       lossSum += loss.item<double>() * share;
     }
@@ -233,7 +237,7 @@ TrainOutcome Trainer::run() {
       torch::Tensor sum = torch::tensor({lossSum}, torch::kDouble);
       m_group->allReduceSum(sum);
       lossSum = sum.item<double>();
-      allReduceSeconds = m_group->averageGradients(m_parameters);
+      allReduceSeconds = m_averager->finish();
     }
     const double clip =
         m_config.gradClip > 0 ? m_config.gradClip : std::numeric_limits<double>::infinity();

@@ -89,6 +89,7 @@ class Trainer {
   model::CausalLM m_model;
   model::CausalLM m_reference{nullptr};
   ProcessGroup* m_group = nullptr;
+  std::unique_ptr<GradientAverager> m_averager;  // with m_group: overlapped with the backward
   Recipe& m_recipe;
   std::vector<data::Sequence> m_train, m_validation;
   std::string m_checkpointRoot;
