@@ -437,14 +437,46 @@ void QuantInspector::buildLayerView(QWidget* page) {
   maps->setObjectName(QStringLiteral("inspector layer maps"));
   maps->addWidget(m_layerBlocks);
   maps->addWidget(m_layerBlocksB);
+  maps->setStretchFactor(0, 1);
+  maps->setStretchFactor(1, 1);
   maps->setChildrenCollapsible(false);
+  m_layerMaps = maps;
+  // The weights of the layer at that step (the run's checkpoint, or its final model), analysed
+  // in the run's format: |w| and scale codes, for A and (beside them) B.
+  const auto histogram = [](const QString& name, const QString& tip) {
+    auto* h = named(new BarChartWidget, name, tip);
+    h->setMinimumHeight(110);
+    return h;
+  };
+  m_layerWeights = histogram(QStringLiteral("layer weight histogram"),
+                             QStringLiteral("run A's weights of the layer at the step shown (its "
+                                            "checkpoint), by magnitude (log2 bins)"));
+  m_layerScales = histogram(QStringLiteral("layer scale code histogram"),
+                            QStringLiteral("run A's block scales of the layer at the step shown"));
+  m_layerWeightsB = histogram(QStringLiteral("layer weight histogram B"),
+                              QStringLiteral("run B's weights of the layer"));
+  m_layerScalesB = histogram(QStringLiteral("layer scale code histogram B"),
+                             QStringLiteral("run B's block scales of the layer"));
+  for (BarChartWidget* h : {m_layerWeights, m_layerScales})
+    h->setEmptyText(QStringLiteral("Click a layer in the run view."));
+  m_layerWeightsB->hide();
+  m_layerScalesB->hide();
+  auto* hists = new QSplitter(Qt::Horizontal);
+  hists->setObjectName(QStringLiteral("inspector layer histograms"));
+  for (BarChartWidget* h : {m_layerWeights, m_layerScales, m_layerWeightsB, m_layerScalesB}) {
+    hists->addWidget(h);
+    hists->setStretchFactor(hists->count() - 1, 1);
+  }
+  hists->setChildrenCollapsible(false);
   auto* split = new QSplitter(Qt::Vertical);
   split->setObjectName(QStringLiteral("inspector layer split"));
   split->addWidget(maps);
+  split->addWidget(hists);
   split->addWidget(m_layerChartView);
-  split->setStretchFactor(0, 3);
-  split->setStretchFactor(1, 2);
-  split->setSizes({600, 300});
+  split->setStretchFactor(0, 4);
+  split->setStretchFactor(1, 1);
+  split->setStretchFactor(2, 2);
+  split->setSizes({520, 150, 260});
   split->setChildrenCollapsible(false);
   auto* layout = new QVBoxLayout(page);
   layout->addLayout(bar);
@@ -951,6 +983,94 @@ bool shareScale(HeatmapWidget* a, HeatmapWidget* b) {
   return true;
 }
 
+void drawScaleHistogram(BarChartWidget* chart, const analyze::Entry* entry,
+                        const std::string& format, const QString& who) {
+  if (!entry || !entry->measured || entry->scaleHist.size() != 256) {
+    chart->setEmptyText(QStringLiteral("%1: no scale codes (not measured).").arg(who));
+    return;
+  }
+  int lo = 0, hi = 256;
+  while (lo < hi && entry->scaleHist[size_t(lo)] == 0) ++lo;
+  while (hi > lo && entry->scaleHist[size_t(hi - 1)] == 0) --hi;
+  const bool mx = format.rfind("mxfp4", 0) == 0;
+  std::vector<double> shown;
+  QStringList labels;
+  for (int c = lo; c < hi; ++c) {
+    shown.push_back(double(entry->scaleHist[size_t(c)]));
+    if (mx)
+      labels << (c == 0xff ? QStringLiteral("NaN") : QStringLiteral("2^%1").arg(c - 127));
+    else
+      labels << QString::number(e4m3Value(c), 'g', 3);
+  }
+  if (shown.empty())
+    chart->setEmptyText(QStringLiteral("%1: no blocks.").arg(who));
+  else
+    chart->setBars(std::move(shown), labels,
+                   QStringLiteral("%1 block scales of %2")
+                       .arg(mx ? QStringLiteral("E8M0") : QStringLiteral("E4M3"), who));
+}
+
+void drawWeightHistogram(BarChartWidget* chart, const analyze::Analysis& a, size_t layer,
+                         const QString& suffix) {
+  if (layer >= a.outliers.size() || layer >= a.layers.size()) {
+    chart->setEmptyText(QStringLiteral("No weights analysed."));
+    return;
+  }
+  const QString module = q(a.layers[layer].module);
+  const auto& o = a.outliers[layer];
+  const auto& bins = analyze::weightBins();
+  std::vector<double> counts(size_t(bins.size()), 0);
+  for (size_t i = 0; i < counts.size(); ++i)
+    counts[i] = double((i < o.negative.size() ? o.negative[i] : 0) +
+                       (i < o.positive.size() ? o.positive[i] : 0));
+  size_t lo = 0, hi = counts.size();
+  while (lo < hi && counts[lo] == 0) ++lo;
+  while (hi > lo && counts[hi - 1] == 0) --hi;
+  if (lo == hi) {
+    chart->setEmptyText(QStringLiteral("%1: no weights counted.").arg(module));
+    return;
+  }
+  std::vector<double> shown(counts.begin() + long(lo), counts.begin() + long(hi));
+  QStringList labels;
+  for (size_t i = lo; i < hi; ++i) {
+    const double edge = bins.lowerEdge(int(i));
+    if (i == 0)
+      labels << QStringLiteral("0");
+    else if (i == 1)
+      labels << QStringLiteral("<2^%1").arg(bins.minExp);
+    else if (std::isnan(edge))
+      labels << QStringLiteral("NaN");
+    else if (const double e = std::log2(edge); e == std::floor(e))
+      labels << QStringLiteral("2^%1").arg(int(e));
+    else
+      labels << QString();  // between octaves: the bar only
+  }
+  chart->setBars(std::move(shown), labels,
+                 QStringLiteral("|w| of %1%2 (log2 bins), rms %3, %4 over 6 rms")
+                     .arg(module, suffix)
+                     .arg(o.rms, 0, 'g', 3)
+                     .arg(o.over6));
+}
+
+std::string analysisFormatOf(const run::RunConfig& c) {
+  if (c.quantFormat == "mxfp4") return c.scaleRule == "floor" ? "mxfp4-floor" : "mxfp4";
+  if (c.quantFormat == "nvfp4") return c.blocks2d ? "nvfp4-2d" : "nvfp4";
+  return {};
+}
+
+std::string weightsAtStep(const std::string& runDir, int64_t step, bool last) {
+  const auto holdsWeights = [](const std::string& dir) {
+    return files::isRegularFile(files::join(dir, "model.safetensors")) ||
+           files::isRegularFile(files::join(dir, "model.safetensors.index.json"));
+  };
+  const std::string checkpoint =
+      files::join(files::join(runDir, "checkpoints"), "step-" + std::to_string(step));
+  if (holdsWeights(checkpoint)) return checkpoint;
+  const std::string model = files::join(runDir, "model");
+  if (last && holdsWeights(model)) return model;
+  return {};
+}
+
 }  // namespace detail
 
 void QuantInspector::requestBlocks() {
@@ -980,6 +1100,12 @@ void QuantInspector::requestBlocks() {
   const RunSnapshot* b = find(m_idB);
   const bool withB = b && b != a;
   m_layerBlocksB->setVisible(withB);
+  m_layerWeightsB->setVisible(withB);
+  m_layerScalesB->setVisible(withB);
+  if (withB) {
+    const int w = std::max(2, m_layerMaps->width() / 2);
+    m_layerMaps->setSizes({w, w});
+  }
   if (withB) {
     bName = q(b->name);
     m_layerBlocksB->setTitle(QString());
@@ -998,6 +1124,7 @@ void QuantInspector::requestBlocks() {
     }
     if (!bWhy.isEmpty()) m_layerBlocksB->setEmptyText(bWhy);
   }
+  requestHistograms(*a, column, withB ? b : nullptr, sb ? sb->column : -1);
   const uint64_t serial = ++m_blockRequest;
   QPointer<QuantInspector> self(this);
   const QString aName = q(a->name);
@@ -1070,6 +1197,112 @@ void QuantInspector::applyBlocks(detail::BlockRow a, std::optional<detail::Block
     notes << QStringLiteral("Both maps share one colour scale.");
   m_layerNote->setText(notes.join(QLatin1Char(' ')));
   Q_EMIT layerBlocksLoaded();
+}
+
+namespace {
+
+// One run's weights of one layer at one step, analysed in the run's format.
+struct HistogramSource {
+  std::string runDir, runName, layer, format;
+  int64_t step = -1;
+  bool last = false;  // the run's last evaluation (its final model/ counts)
+};
+
+detail::LayerWeights analyseLayerWeights(const HistogramSource& s) {
+  detail::LayerWeights out;
+  out.format = s.format;
+  if (s.format.empty()) {
+    out.error = QStringLiteral("%1 does not quantize: no scale codes.").arg(q(s.runName));
+    return out;
+  }
+  const std::string folder = detail::weightsAtStep(s.runDir, s.step, s.last);
+  if (folder.empty()) {
+    out.error = QStringLiteral(
+                    "%1 kept no weights of step %2 (it keeps its newest checkpoints and its "
+                    "final model): no histograms.")
+                    .arg(q(s.runName))
+                    .arg(s.step);
+    return out;
+  }
+  try {
+    analyze::Options o;
+    o.modelDir = folder;
+    o.formats = {s.format};
+    o.include = {s.layer};
+    o.threads = 1;
+    o.blocks = false;
+    auto a = std::make_shared<analyze::Analysis>(analyze::analyzeModel(o));
+    if (a->layers.empty())
+      out.error = QStringLiteral("%1 has no weight for %2.").arg(q(folder), q(s.layer));
+    else
+      out.analysis = std::move(a);
+  } catch (const std::exception& e) {
+    out.error = QStringLiteral("Cannot analyse %1: %2").arg(q(folder), QString::fromUtf8(e.what()));
+  }
+  out.folder = folder;
+  return out;
+}
+
+}  // namespace
+
+void QuantInspector::requestHistograms(const RunSnapshot& a, int column, const RunSnapshot* b,
+                                       int columnB) {
+  const auto source = [&](const RunSnapshot& r, int col) {
+    HistogramSource s;
+    s.runDir = r.id;
+    s.runName = r.name;
+    s.layer = m_layerName;
+    s.format = detail::analysisFormatOf(r.folder.config);
+    const auto& steps = r.curves->quantSteps;
+    if (col >= 0 && col < int(steps.size())) {
+      s.step = steps[size_t(col)];
+      s.last = col + 1 == int(steps.size());
+    }
+    return s;
+  };
+  const HistogramSource sa = source(a, column);
+  std::optional<HistogramSource> sb;
+  if (b && b->curves && columnB >= 0) sb = source(*b, columnB);
+  for (BarChartWidget* h : {m_layerWeights, m_layerScales, m_layerWeightsB, m_layerScalesB})
+    h->setEmptyText(QStringLiteral("Reading the weights\u2026"));
+  if (b && !sb)
+    for (BarChartWidget* h : {m_layerWeightsB, m_layerScalesB})
+      h->setEmptyText(QStringLiteral("Run B has no such layer."));
+  const uint64_t serial = ++m_histogramRequest;
+  QPointer<QuantInspector> self(this);
+  QThreadPool::globalInstance()->start([self, serial, sa, sb] {
+    detail::LayerWeights wa = analyseLayerWeights(sa);
+    std::optional<detail::LayerWeights> wb;
+    if (sb) wb = analyseLayerWeights(*sb);
+    QMetaObject::invokeMethod(
+        qApp,
+        [self, serial, wa = std::move(wa), wb = std::move(wb)]() mutable {
+          if (!self || self->m_histogramRequest != serial) return;
+          self->applyHistograms(wa, wb);
+        },
+        Qt::QueuedConnection);
+  });
+}
+
+void QuantInspector::applyHistograms(const detail::LayerWeights& a,
+                                     const std::optional<detail::LayerWeights>& b) {
+  const auto show = [](BarChartWidget* weights, BarChartWidget* scales,
+                       const detail::LayerWeights& w) {
+    if (!w.analysis) {
+      weights->setEmptyText(w.error);
+      scales->setEmptyText(w.error);
+      return;
+    }
+    const analyze::Analysis& an = *w.analysis;
+    const QString at = QStringLiteral(" in %1").arg(q(files::baseName(w.folder)));
+    detail::drawWeightHistogram(weights, an, 0, at);
+    const analyze::Entry* entry = an.entries.empty() ? nullptr : &an.entries[0];
+    detail::drawScaleHistogram(scales, entry, w.format,
+                               QStringLiteral("%1 in %2").arg(q(an.layers[0].module), q(w.format)));
+  };
+  show(m_layerWeights, m_layerScales, a);
+  if (b) show(m_layerWeightsB, m_layerScalesB, *b);
+  Q_EMIT layerHistogramsLoaded();
 }
 
 // ---- Model view ---------------------------------------------------------------------------------
@@ -1255,33 +1488,9 @@ void QuantInspector::showModelCell(int layer, int format) {
     else
       detail::showBlockMap(map, entry->blockMse, L.rows, QStringLiteral("block MSE: %1").arg(who));
   };
-  // Scale codes of a format, over the occupied codes.
   const auto scales = [&](BarChartWidget* chart, const std::string& fmt) {
-    const analyze::Entry* entry = entryOf(fmt);
-    const QString who = QStringLiteral("%1 in %2").arg(q(L.module), q(fmt));
-    if (!entry || !entry->measured || entry->scaleHist.size() != 256) {
-      chart->setEmptyText(QStringLiteral("%1: no scale codes (not measured).").arg(who));
-      return;
-    }
-    int lo = 0, hi = 256;
-    while (lo < hi && entry->scaleHist[size_t(lo)] == 0) ++lo;
-    while (hi > lo && entry->scaleHist[size_t(hi - 1)] == 0) --hi;
-    const bool mx = fmt.rfind("mxfp4", 0) == 0;
-    std::vector<double> shown;
-    QStringList labels;
-    for (int c = lo; c < hi; ++c) {
-      shown.push_back(double(entry->scaleHist[size_t(c)]));
-      if (mx)
-        labels << (c == 0xff ? QStringLiteral("NaN") : QStringLiteral("2^%1").arg(c - 127));
-      else
-        labels << QString::number(e4m3Value(c), 'g', 3);
-    }
-    if (shown.empty())
-      chart->setEmptyText(QStringLiteral("%1: no blocks.").arg(who));
-    else
-      chart->setBars(std::move(shown), labels,
-                     QStringLiteral("%1 block scales of %2")
-                         .arg(mx ? QStringLiteral("E8M0") : QStringLiteral("E4M3"), who));
+    detail::drawScaleHistogram(chart, entryOf(fmt), fmt,
+                               QStringLiteral("%1 in %2").arg(q(L.module), q(fmt)));
   };
   const std::string& fmt = a.formats[size_t(format)];
   blocks(m_modelBlocks, fmt);
@@ -1299,42 +1508,7 @@ void QuantInspector::showModelCell(int layer, int format) {
   else
     m_modelBlocks->setFixedScale(false);
 
-  // Weight magnitudes (both signs), trimmed to the occupied bins.
-  if (size_t(layer) < a.outliers.size()) {
-    const auto& o = a.outliers[size_t(layer)];
-    const auto& bins = analyze::weightBins();
-    std::vector<double> counts(size_t(bins.size()), 0);
-    for (size_t i = 0; i < counts.size(); ++i)
-      counts[i] = double((i < o.negative.size() ? o.negative[i] : 0) +
-                         (i < o.positive.size() ? o.positive[i] : 0));
-    size_t lo = 0, hi = counts.size();
-    while (lo < hi && counts[lo] == 0) ++lo;
-    while (hi > lo && counts[hi - 1] == 0) --hi;
-    if (lo == hi) {
-      m_weightHist->setEmptyText(QStringLiteral("%1: no weights counted.").arg(q(L.module)));
-    } else {
-      std::vector<double> shown(counts.begin() + long(lo), counts.begin() + long(hi));
-      QStringList labels;
-      for (size_t i = lo; i < hi; ++i) {
-        const double edge = bins.lowerEdge(int(i));
-        if (i == 0)
-          labels << QStringLiteral("0");
-        else if (i == 1)
-          labels << QStringLiteral("<2^%1").arg(bins.minExp);
-        else if (std::isnan(edge))
-          labels << QStringLiteral("NaN");
-        else if (const double e = std::log2(edge); e == std::floor(e))
-          labels << QStringLiteral("2^%1").arg(int(e));
-        else
-          labels << QString();  // between octaves: the bar only
-      }
-      m_weightHist->setBars(std::move(shown), labels,
-                            QStringLiteral("|w| of %1 (log2 bins), rms %2, %3 over 6 rms")
-                                .arg(q(L.module))
-                                .arg(o.rms, 0, 'g', 3)
-                                .arg(o.over6));
-    }
-  }
+  detail::drawWeightHistogram(m_weightHist, a, size_t(layer));
 }
 
 }  // namespace fp4lab::widgets

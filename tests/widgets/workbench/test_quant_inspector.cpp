@@ -54,6 +54,7 @@ RunSnapshotsPtr snapshotsOf(const std::vector<std::string>& dirs) {
     RunSnapshot s;
     s.id = dir;
     s.name = files::baseName(dir);
+    s.folder = run::readRunFolder(dir);
     s.curves = std::make_shared<const RunCurves>(readRunCurves(s.name, files::join(dir, "log.h5")));
     runs->push_back(std::move(s));
   }
@@ -385,7 +386,8 @@ TEST_CASE("inspector layer view: the weight's shape from the log, a step picker,
   const auto blockRun = [&](const std::string& name, int64_t blocks, int evalEvery, float scale) {
     testing::SyntheticRun r;
     r.dir = tmp.file(name);
-    r.overrides = {"recipe.name=qat", "quant.format=nvfp4"};
+    r.overrides = {"recipe.name=qat",
+                   "quant.format=" + std::string(blocks == 24 ? "nvfp4" : "mxfp4")};
     r.steps = 20;
     r.evalEvery = evalEvery;
     r.quantLayers = layers;
@@ -399,7 +401,25 @@ TEST_CASE("inspector layer view: the weight's shape from the log, a step picker,
   };
   const std::string a = blockRun("qat-nvfp4", 24, 5, 1.0f);
   const std::string b = blockRun("qat-mxfp4", 48, 10, 3.0f);
+  // The weights the histograms analyse: A's checkpoint of step 5 (6 x 64: 24 NVFP4 blocks), B's
+  // of step 10 (6 x 256: 48 MXFP4 blocks); neither kept a final model.
+  const auto weights = [&](const std::string& dir, int64_t cols) {
+    files::createDirectories(dir);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    io::SafetensorsWriter writer;
+    for (const auto& name : layers) {
+      std::vector<float> w(size_t(6 * cols));
+      for (float& v : w) v = normal(rng);
+      writer.addFloat32(name + ".weight", {6, cols}, w);
+    }
+    writer.write(files::join(dir, "model.safetensors"));
+    files::writeFileAtomically(files::join(dir, "config.json"), "{\"model_type\": \"llama\"}");
+  };
+  weights(files::join(a, "checkpoints/step-5"), 64);
+  weights(files::join(b, "checkpoints/step-10"), 256);
   QuantInspector inspector;
+  QSignalSpy histograms(&inspector, &QuantInspector::layerHistogramsLoaded);
   inspector.setRuns(snapshotsOf({a, b}));
   inspector.setSelectedRun(a);
   inspector.refreshNow();
@@ -412,6 +432,10 @@ TEST_CASE("inspector layer view: the weight's shape from the log, a step picker,
   CHECK(mapA->cols() == 4);
   CHECK(inspector.layerNote().contains(QStringLiteral("6 weight rows of 4 blocks")));
   CHECK(inspector.layerBlocksB()->isHidden());
+  // No weights kept at step 20: said, not drawn.
+  REQUIRE(waitFor([&] { return histograms.count() == 1; }));
+  CHECK(inspector.layerWeightHistogram()->values().empty());
+  CHECK(inspector.layerWeightHistogram()->emptyText().contains(QStringLiteral("no weights")));
 
   // The step picker lists A's evaluations; picking step 5 shows step 5's blocks.
   QComboBox* steps = inspector.layerStepBox();
@@ -422,6 +446,15 @@ TEST_CASE("inspector layer view: the weight's shape from the log, a step picker,
   REQUIRE(waitFor([&] { return loaded.count() == 2; }));
   CHECK(mapA->value(0, 1) == float(1e-3 * 2 + 1e-5 * 1 + 1e-7 * 5));
   CHECK(mapA->title().contains(QStringLiteral("step 5")));
+  // Step 5's checkpoint: every weight in the |w| histogram, every NVFP4 block in the scale codes.
+  REQUIRE(waitFor([&] { return histograms.count() == 2; }));
+  const auto sum = [](const BarChartWidget* h) {
+    double t = 0;
+    for (double v : h->values()) t += v;
+    return t;
+  };
+  CHECK(sum(inspector.layerWeightHistogram()) == 6 * 64);
+  CHECK(sum(inspector.layerScaleHistogram()) == 24);
 
   // Run B: its map beside A's, B's nearest evaluation to step 5 (step 10), one colour scale.
   inspector.setRunB(b);
@@ -439,6 +472,11 @@ TEST_CASE("inspector layer view: the weight's shape from the log, a step picker,
   CHECK(mapA->scale().hi == mapB->scale().hi);
   CHECK(mapA->scale().lo == Approx(1e-3 * 2 + 1e-7 * 5));
   CHECK(mapB->scale().hi == Approx(3 * (1e-3 * 2 + 1e-5 * 47 + 1e-7 * 10)));
+  // B's scale codes from its step-10 checkpoint, in MXFP4 (E8M0): 48 blocks.
+  REQUIRE(waitFor([&] { return histograms.count() == 3; }));
+  CHECK_FALSE(inspector.layerScaleHistogramB()->isHidden());
+  CHECK(sum(inspector.layerScaleHistogramB()) == 48);
+  CHECK(sum(inspector.layerScaleHistogram()) == 24);
   // A step B measured: the same step on both.
   steps->setCurrentIndex(1);
   steps->activated(1);

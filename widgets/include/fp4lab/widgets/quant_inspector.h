@@ -8,7 +8,9 @@
 //   evaluation (a step picker, or a click on the chart, picks another), read from
 //   /quant/blocks/<l> off the GUI thread, laid out at the weight's shape (the log's `rows`); with
 //   a run B, B's map of the same layer beside it at the same step (or B's nearest), on one
-//   colour scale; and the layer's metric against the step (A, and B when set).
+//   colour scale; the weight and scale-code histograms of the layer's weights at that step (the
+//   run's checkpoint of that step, or its final model, analysed with fp4lab_analyze in the run's
+//   format, off the GUI thread; for B too); and the layer's metric against the step.
 // - Model view: an analysis file of `fp4lab analyze --output` (read off the GUI thread): layers x
 //   formats of a metric; for a clicked cell the layer's block map in that format, its weight
 //   histogram and its scale-code histogram; with a second format chosen ("Beside"), that
@@ -42,16 +44,19 @@ class QComboBox;
 class QLabel;
 class QPushButton;
 class QTableView;
+class QSplitter;
 class QTabWidget;
 
 namespace fp4lab::analyze {
 struct Analysis;
-}
+struct Entry;
+}  // namespace fp4lab::analyze
 
 namespace fp4lab::widgets {
 
 class HeatmapWidget;
 class FrontierChart;
+class BarChartWidget;
 
 namespace detail {
 // A matrix for a heatmap, row-major, NaN = not measured.
@@ -91,6 +96,25 @@ bool showBlockMap(HeatmapWidget* map, std::vector<float> values, int64_t weightR
 // Gives two maps shown side by side one colour scale, the union of their automatic ones; each its
 // own when either has no data (false).
 bool shareScale(HeatmapWidget* a, HeatmapWidget* b);
+// The scale-code histogram of one analysed layer in `format` (E8M0 exponents, E4M3 values), or
+// why there is none; `who` names it in the title.
+void drawScaleHistogram(BarChartWidget* chart, const analyze::Entry* entry,
+                        const std::string& format, const QString& who);
+// The |w| histogram (log2 bins, both signs) of layer `layer` of an analysis.
+void drawWeightHistogram(BarChartWidget* chart, const analyze::Analysis& a, size_t layer,
+                         const QString& suffix = {});
+// The analyze format name of a run's quantization ("mxfp4", "mxfp4-floor", "nvfp4",
+// "nvfp4-2d"); "" for a run that does not quantize.
+std::string analysisFormatOf(const run::RunConfig& config);
+// The folder holding a run's weights at `step`: checkpoints/step-<step>, or, for the run's last
+// evaluation (`last`), its final model/; "" when the run kept neither.
+std::string weightsAtStep(const std::string& runDir, int64_t step, bool last);
+// One run's weights of the layer shown, analysed in its format (or why not).
+struct LayerWeights {
+  std::shared_ptr<const analyze::Analysis> analysis;  // one layer, one format
+  std::string folder, format;
+  QString error;
+};
 }  // namespace detail
 
 // The worst layers of one metric, worst first: for sqnr_db, act_sqnr_db and cosine the lowest
@@ -186,6 +210,9 @@ class QuantInspector : public QWidget {
   HeatmapWidget* layerBlocks() const { return m_layerBlocks; }
   HeatmapWidget* layerBlocksB() const { return m_layerBlocksB; }  // hidden without a run B
   QComboBox* layerStepBox() const { return m_layerStep; }
+  BarChartWidget* layerWeightHistogram() const { return m_layerWeights; }
+  BarChartWidget* layerScaleHistogram() const { return m_layerScales; }
+  BarChartWidget* layerScaleHistogramB() const { return m_layerScalesB; }
   HeatmapWidget* modelHeatmap() const { return m_modelMap; }
   HeatmapWidget* modelBlocks() const { return m_modelBlocks; }
   HeatmapWidget* modelBlocksB() const { return m_modelBlocksB; }  // hidden unless "Beside" is set
@@ -202,7 +229,8 @@ class QuantInspector : public QWidget {
   void refreshNow();
 
  Q_SIGNALS:
-  void layerBlocksLoaded();  // the block map of the layer view is drawn (or its absence said)
+  void layerBlocksLoaded();      // the block map of the layer view is drawn (or its absence said)
+  void layerHistogramsLoaded();  // the layer view's weight and scale-code histograms too
   void analysisLoaded(bool ok);
   void runSelected(const std::string& id);
 
@@ -218,6 +246,8 @@ class QuantInspector : public QWidget {
   void refreshRunView();
   void refreshLayerChart();
   void requestBlocks();
+  void requestHistograms(const RunSnapshot& a, int column, const RunSnapshot* b, int columnB);
+  void applyHistograms(const detail::LayerWeights& a, const std::optional<detail::LayerWeights>& b);
   void applyBlocks(detail::BlockRow a, std::optional<detail::BlockRow> b, const QString& aName,
                    const QString& bName, const QString& bWhy);
   void applyAnalysis(std::shared_ptr<const analyze::Analysis> analysis, const QString& path,
@@ -233,6 +263,7 @@ class QuantInspector : public QWidget {
   int m_layer = -1, m_column = -1;
   std::string m_layerName;
   uint64_t m_blockRequest = 0;
+  uint64_t m_histogramRequest = 0;
   uint64_t m_analysisRequest = 0;
   std::shared_ptr<const analyze::Analysis> m_analysis;
   QString m_analysisPath;
@@ -252,6 +283,9 @@ class QuantInspector : public QWidget {
   QComboBox* m_layerStep = nullptr;
   HeatmapWidget* m_layerBlocks = nullptr;
   HeatmapWidget* m_layerBlocksB = nullptr;
+  QSplitter* m_layerMaps = nullptr;
+  BarChartWidget *m_layerWeights = nullptr, *m_layerScales = nullptr;
+  BarChartWidget *m_layerWeightsB = nullptr, *m_layerScalesB = nullptr;
   QChartView* m_layerChartView = nullptr;
   QChart* m_layerChart = nullptr;
   QPushButton* m_openAnalysis = nullptr;
