@@ -1505,8 +1505,6 @@ void QuantInspector::showModelCell(int layer, int format) {
   if (beside && detail::shareScale(m_modelBlocks, m_modelBlocksB))
     m_modelNote->setText(QStringLiteral("%1: %2 beside %3, block maps on one colour scale.")
                              .arg(q(L.module), q(fmt), q(m_modelCompareFormat)));
-  else
-    m_modelBlocks->setFixedScale(false);
 
   detail::drawWeightHistogram(m_weightHist, a, size_t(layer));
 }

@@ -20,6 +20,7 @@
 #include "fp4lab/analyze/analyze.h"
 #include "fp4lab/analyze/sensitivity_file.h"
 #include "fp4lab/common/files.h"
+#include "fp4lab/common/system.h"
 #include "fp4lab/common/time.h"
 #include "fp4lab/error.h"
 #include "log/hdf5_handles.h"
@@ -279,6 +280,29 @@ Hid openFile(const std::string& path, bool* swmr) {
   return d::openReadOnly(path, swmr);
 }
 
+double readDoubleAttribute(hid_t object, const char* name, const std::string& where) {
+  if (!d::hasAttribute(object, name, where)) return NAN;
+  Hid attr = d::own(H5Aopen(object, name, H5P_DEFAULT), H5Aclose, "H5Aopen", where, kHint);
+  Hid space = d::own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", where);
+  if (H5Sget_simple_extent_npoints(space.get()) != 1)
+    d::fail(std::string("attribute ") + name + " is not one number", where, kHint);
+  double v = NAN;
+  d::check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &v), std::string("cannot read attribute ") + name,
+           where, kHint);
+  return v;
+}
+
+std::vector<std::string> splitNames(const std::string& joined) {
+  std::vector<std::string> out;
+  for (size_t start = 0; start < joined.size();) {
+    size_t comma = joined.find(',', start);
+    if (comma == std::string::npos) comma = joined.size();
+    if (comma > start) out.push_back(joined.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -357,13 +381,7 @@ Analysis readAnalysisFile(const std::string& path) {
                 path, "update fp4lab");
   Analysis a;
   a.modelDir = d::readStringAttribute(f, "model", path).value_or("");
-  const std::string formats = d::readStringAttribute(f, "formats", path).value_or("");
-  for (size_t start = 0; start < formats.size();) {
-    size_t comma = formats.find(',', start);
-    if (comma == std::string::npos) comma = formats.size();
-    if (comma > start) a.formats.push_back(formats.substr(start, comma - start));
-    start = comma + 1;
-  }
+  a.formats = splitNames(d::readStringAttribute(f, "formats", path).value_or(""));
   if (a.formats.empty()) throw Error("no formats attribute", path, kHint);
   for (const std::string& fmt : a.formats) {
     try {
@@ -373,14 +391,8 @@ Analysis readAnalysisFile(const std::string& path) {
     }
   }
   a.threads = int(d::readInt64Attribute(f, "threads", path).value_or(0));
-  if (d::hasAttribute(f, "seconds", path)) {
-    Hid attr = d::own(H5Aopen(f, "seconds", H5P_DEFAULT), H5Aclose, "H5Aopen", path, kHint);
-    double s[1] = {0};
-    Hid space = d::own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", path);
-    if (H5Sget_simple_extent_npoints(space.get()) == 1)
-      d::check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, s), "cannot read attribute seconds", path);
-    a.seconds = s[0];
-  }
+  if (const double seconds = readDoubleAttribute(f, "seconds", path); std::isfinite(seconds))
+    a.seconds = seconds;
 
   const std::vector<std::string> names = readNames(f, "/analysis/layers", path);
   const hsize_t L = names.size();
@@ -522,29 +534,6 @@ constexpr const char* kSensitivityHint =
 
 nlohmann::json jsonNumber(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
-
-double readDoubleAttribute(hid_t object, const char* name, const std::string& where) {
-  if (!d::hasAttribute(object, name, where)) return NAN;
-  Hid attr = d::own(H5Aopen(object, name, H5P_DEFAULT), H5Aclose, "H5Aopen", where, kHint);
-  Hid space = d::own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", where);
-  if (H5Sget_simple_extent_npoints(space.get()) != 1)
-    d::fail(std::string("attribute ") + name + " is not one number", where, kHint);
-  double v = NAN;
-  d::check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &v), std::string("cannot read attribute ") + name,
-           where, kHint);
-  return v;
-}
-
-std::vector<std::string> splitNames(const std::string& joined) {
-  std::vector<std::string> out;
-  for (size_t start = 0; start < joined.size();) {
-    size_t comma = joined.find(',', start);
-    if (comma == std::string::npos) comma = joined.size();
-    if (comma > start) out.push_back(joined.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
 }
 
 void writeSensitivityContents(hid_t file, const SensitivityFile& r, const std::string& where) {
@@ -772,11 +761,7 @@ SensitivityFile readSensitivityJson(const std::string& path, const std::string& 
 }  // namespace
 
 bool isHdf5Path(const std::string& path) {
-  const auto ends = [&](const std::string& suffix) {
-    return path.size() >= suffix.size() &&
-           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends(".h5") || ends(".hdf5");
+  return endsWith(path, ".h5") || endsWith(path, ".hdf5");
 }
 
 std::string sensitivityJson(const SensitivityFile& r, int indent) {

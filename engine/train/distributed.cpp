@@ -301,7 +301,6 @@ double GradientAverager::finish() {
       }
     m->launch(b);
   }
-  m->nextLaunch = m->buckets.size();
   const double scale = 1.0 / double(m->group->env.world);
   try {
     for (auto& b : m->buckets) {
