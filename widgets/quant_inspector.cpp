@@ -432,7 +432,7 @@ void QuantInspector::buildLayerView(QWidget* page) {
                            QStringLiteral("the layer's metric against the optimizer step; click a "
                                           "point of run A for that step's blocks"));
   m_layerChartView->setRenderHint(QPainter::Antialiasing);
-  m_layerChartView->setMinimumHeight(200);
+  m_layerChartView->setMinimumHeight(240);  // less elides the axis labels
   auto* maps = new QSplitter(Qt::Horizontal);
   maps->setObjectName(QStringLiteral("inspector layer maps"));
   maps->addWidget(m_layerBlocks);
@@ -445,7 +445,7 @@ void QuantInspector::buildLayerView(QWidget* page) {
   // in the run's format: |w| and scale codes, for A and (beside them) B.
   const auto histogram = [](const QString& name, const QString& tip) {
     auto* h = named(new BarChartWidget, name, tip);
-    h->setMinimumHeight(110);
+    h->setMinimumSize(120, 110);  // four in a row still fit a 1000-pixel window
     return h;
   };
   m_layerWeights = histogram(QStringLiteral("layer weight histogram"),
@@ -468,6 +468,7 @@ void QuantInspector::buildLayerView(QWidget* page) {
     hists->setStretchFactor(hists->count() - 1, 1);
   }
   hists->setChildrenCollapsible(false);
+  m_layerHistograms = hists;
   auto* split = new QSplitter(Qt::Vertical);
   split->setObjectName(QStringLiteral("inspector layer split"));
   split->addWidget(maps);
@@ -501,6 +502,9 @@ void QuantInspector::buildModelView(QWidget* page) {
   m_modelFile = new QLabel(QStringLiteral("no analysis file open"));
   m_modelFile->setAccessibleDescription(QStringLiteral("analysis file"));
   m_modelFile->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  // A long path must not set the window's minimum width: it is cut, and whole in the tooltip.
+  m_modelFile->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  m_modelFile->setMinimumWidth(120);
   auto* mLabel = new QLabel(QStringLiteral("M&etric:"));
   m_modelMetricBox = named(new QComboBox, QStringLiteral("model metric"),
                            QStringLiteral("the metric of the layers by formats heatmap"));
@@ -550,6 +554,8 @@ void QuantInspector::buildModelView(QWidget* page) {
                          QStringLiteral("the same layer's block errors in the second format"));
   m_modelBlocksB->setCornerLabels(QStringLiteral("row"), QStringLiteral("block MSE"));
   m_modelBlocksB->hide();
+  // Two side by side must leave the layers x formats map its room in a small window.
+  for (HeatmapWidget* m : {m_modelBlocks, m_modelBlocksB}) m->setMinimumWidth(160);
   m_scaleHistB = named(new BarChartWidget, QStringLiteral("scale code histogram B"),
                        QStringLiteral("the blocks by scale code in the second format"));
   m_scaleHistB->hide();
@@ -1105,6 +1111,8 @@ void QuantInspector::requestBlocks() {
   if (withB) {
     const int w = std::max(2, m_layerMaps->width() / 2);
     m_layerMaps->setSizes({w, w});
+    const int h = std::max(4, m_layerHistograms->width() / 4);
+    m_layerHistograms->setSizes({h, h, h, h});
   }
   if (withB) {
     bName = q(b->name);
@@ -1317,6 +1325,7 @@ void QuantInspector::openAnalysisDialog() {
 void QuantInspector::openAnalysis(const QString& path) {
   showView(2);
   m_modelFile->setText(path);
+  m_modelFile->setToolTip(path);
   m_modelNote->setText(QStringLiteral("Reading %1\u2026").arg(path));
   const uint64_t serial = ++m_analysisRequest;
   QPointer<QuantInspector> self(this);
@@ -1401,6 +1410,7 @@ void QuantInspector::applyAnalysis(std::shared_ptr<const analyze::Analysis> anal
   m_modelBlocksB->hide();
   m_scaleHistB->hide();
   m_modelFile->setText(QStringLiteral("%1 (model %2)").arg(path, q(m_analysis->modelDir)));
+  m_modelFile->setToolTip(m_modelFile->text());
   refreshModelView();
   m_modelBlocks->setEmptyText(
       QStringLiteral("Click a cell of the heatmap for that layer's "

@@ -283,7 +283,7 @@ class QuantInspector : public QWidget {
   QComboBox* m_layerStep = nullptr;
   HeatmapWidget* m_layerBlocks = nullptr;
   HeatmapWidget* m_layerBlocksB = nullptr;
-  QSplitter* m_layerMaps = nullptr;
+  QSplitter *m_layerMaps = nullptr, *m_layerHistograms = nullptr;
   BarChartWidget *m_layerWeights = nullptr, *m_layerScales = nullptr;
   BarChartWidget *m_layerWeightsB = nullptr, *m_layerScalesB = nullptr;
   QChartView* m_layerChartView = nullptr;
