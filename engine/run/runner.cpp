@@ -244,12 +244,22 @@ namespace {
 // readRunFolder reports as crashed), nobody else would mark the run failed (under torchrun there is
 // no fp4lab launcher). The folder is only seen when it is on this machine or a shared filesystem;
 // a live rank 0 marks the run itself.
+// A killed process closes its sockets before it is a zombie, so this rank's collective can fail
+// while rank 0 still reads as running: it looks again for a few seconds before deciding rank 0 is
+// alive (a live rank 0's own status write ends the wait as well).
 void markFailedIfWriterDied(const std::string& runDir, int64_t maxSteps, const std::string& why) {
   try {
-    const RunFolder folder = readRunFolder(runDir);
-    if (folder.state == RunState::Crashed)
-      writeRunStatus(runDir, RunState::Failed, folder.step, maxSteps,
-                     "rank 0 died; another rank reports: " + why);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    for (;;) {
+      const RunFolder folder = readRunFolder(runDir);
+      if (folder.state == RunState::Crashed) {
+        writeRunStatus(runDir, RunState::Failed, folder.step, maxSteps,
+                       "rank 0 died; another rank reports: " + why);
+        return;
+      }
+      if (folder.state != RunState::Running || std::chrono::steady_clock::now() > deadline) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   } catch (const std::exception&) {
     // Best effort: the error being thrown says what happened.
   }
