@@ -166,8 +166,8 @@ const std::vector<Binding>& table() {
       bind(&C::keepCheckpoints,
            operational(integer("train.keep_checkpoints", 1, 1e4, "keep the newest N checkpoints"))),
       bind(&C::threads, operational(integer("train.threads", 0, 4096,
-                                            "CPU threads (0: every core the process may run on, as "
-                                            "taskset or a cpuset allows)"))),
+                                            "CPU threads (0: up to every core the process may run "
+                                            "on, fewer while other programs keep cores busy)"))),
       bind(&C::distProcesses,
            operational(integer("dist.processes", 1, 1024,
                                "data-parallel processes fp4lab train starts on this machine (Gloo; "

@@ -73,6 +73,7 @@ class RunListener : public train::TrainerListener {
     e.wallSeconds = r.wallSeconds;
     e.etaSeconds = r.step > 0 ? r.wallSeconds / double(r.step) * double(r.maxSteps - r.step) : 0;
     if (std::isfinite(r.allReduceSeconds)) e.metrics["allreduce_s"] = r.allReduceSeconds;
+    if (r.threads > 0) e.metrics["threads"] = r.threads;
     emit(e);
     auto now = Clock::now();
     if (now - m_lastStatus > std::chrono::seconds(1)) {
@@ -154,6 +155,8 @@ class RunListener : public train::TrainerListener {
     e.step = m_step, e.maxSteps = m_maxSteps, e.message = message;
     emit(e);
   }
+
+  void onThreads(int, const std::string& note) override { m_log.event("threads", note); }
 
   bool stopRequested() override {
     return m_options.stopRequested && m_options.stopRequested->load();
@@ -459,6 +462,13 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
                          [&](const std::string& dir) { saveModel(dir, torch::kFloat32); });
   if (reference) trainer.setReference(reference);
   trainer.setProcessGroup(group.get());
+  // train.threads=0 on one process: the count follows the machine's load (train/thread_tuner.h).
+  // Data-parallel ranks keep their share: a rank's step time is the slowest rank's.
+  if (config.threads == 0 && !group && threads > 1)
+    trainer.setThreadTuner(train::ThreadTuner(threads), [](int n) {
+      torch::set_num_threads(n);
+      fp4_set_num_threads(n);
+    });
   if (resuming) {
     trainer.resumeFrom(checkpoint);
   } else if (logWriter) {

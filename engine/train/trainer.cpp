@@ -169,6 +169,11 @@ EvalReport Trainer::evaluate() {
                     valLoss,      std::exp(valLoss), valKl};
 }
 
+void Trainer::setThreadTuner(ThreadTuner tuner, std::function<void(int)> apply) {
+  m_tuner.emplace(std::move(tuner));
+  m_applyThreads = std::move(apply);
+}
+
 TrainOutcome Trainer::run() {
   const int64_t maxSteps = m_recipe.trains() ? m_config.maxSteps : 0;
   const CosineSchedule schedule =
@@ -203,6 +208,7 @@ TrainOutcome Trainer::run() {
       return TrainOutcome::Stopped;
     }
     const auto started = Clock::now();
+    if (m_tuner) m_otherLoad.sample();  // from here to the step's end
     const double lr = schedule.at(m_state.step);
     for (auto& group : m_optimizer->param_groups()) group.options().set_lr(lr);
     m_optimizer->zero_grad();
@@ -257,9 +263,17 @@ TrainOutcome Trainer::run() {
     m_state.step += 1;
     m_state.tokens += stepTokens;
     m_state.wallSeconds = wallSeconds();
+    const int threads = m_tuner ? m_tuner->threadsForNextStep() : 0;
     m_listener.onStep(StepReport{m_state.step, maxSteps, m_state.tokens, loss, lr, gradNorm,
                                  double(stepTokens) / seconds, m_state.wallSeconds,
-                                 allReduceSeconds});
+                                 allReduceSeconds, threads});
+    if (m_tuner) {
+      m_tuner->record(seconds, m_otherLoad.sample());
+      if (const std::string note = m_tuner->takeNote(); !note.empty())
+        m_listener.onThreads(m_tuner->chosen(), note);
+      // Evaluations and checkpoints run at the next step's count.
+      if (m_tuner->threadsForNextStep() != threads) m_applyThreads(m_tuner->threadsForNextStep());
+    }
 
     const bool last = m_state.step == maxSteps;
     if (last || (m_config.evalEvery > 0 && m_state.step % m_config.evalEvery == 0))

@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "fp4lab/common/system.h"
 #include "fp4lab/data/packing.h"
 #include "fp4lab/run/run_config.h"
 #include "model/causal_lm.h"
 #include "train/distributed.h"
 #include "train/recipe.h"
+#include "train/thread_tuner.h"
 
 namespace fp4lab::train {
 
@@ -25,6 +27,7 @@ struct StepReport {
   int64_t step, maxSteps, tokens;
   double loss, lr, gradNorm, tokensPerSecond, wallSeconds;
   double allReduceSeconds = NAN;  // data-parallel runs: the gradient all-reduce of this step
+  int threads = 0;                // the CPU threads it ran on (0: not tuned, train.threads=N)
 };
 
 struct EvalReport {
@@ -42,6 +45,8 @@ class TrainerListener {
   virtual void onEval(const EvalReport&) {}
   virtual void onCheckpoint(const std::string& path, int64_t step) { (void)path, (void)step; }
   virtual void onWarning(const std::string& message) { (void)message; }
+  // train.threads=0 changed the thread count; `note` says what it measured.
+  virtual void onThreads(int threads, const std::string& note) { (void)threads, (void)note; }
   virtual bool stopRequested() { return false; }
 };
 
@@ -69,6 +74,9 @@ class Trainer {
   // sequences over all ranks, in the one shuffled order), averages the gradients over the group,
   // shards evaluation, agrees on stopping, and only rank 0 writes checkpoints. Null: one process.
   void setProcessGroup(ProcessGroup* group);
+  // train.threads=0: the tuner chooses each step's CPU thread count and `apply` sets it (LibTorch's
+  // and the FP4 kernels'); the count in force when run() starts is the tuner's maximum.
+  void setThreadTuner(ThreadTuner tuner, std::function<void(int threads)> apply);
   // Loads optimizer moments and the data position from a checkpoint folder (the model passed to
   // the constructor must already hold the checkpoint's weights).
   void resumeFrom(const std::string& checkpointDir);
@@ -90,6 +98,9 @@ class Trainer {
   model::CausalLM m_reference{nullptr};
   ProcessGroup* m_group = nullptr;
   std::unique_ptr<GradientAverager> m_averager;  // with m_group: overlapped with the backward
+  std::optional<ThreadTuner> m_tuner;
+  std::function<void(int)> m_applyThreads;
+  OtherCpuLoad m_otherLoad;
   Recipe& m_recipe;
   std::vector<data::Sequence> m_train, m_validation;
   std::string m_checkpointRoot;

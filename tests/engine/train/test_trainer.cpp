@@ -103,6 +103,36 @@ TEST_CASE("SFT lowers the loss and writes a complete run folder", "[train][sft]"
   CHECK(run::readRunState(options.runDir) == RunState::Finished);
 }
 
+// train.threads=0 changes the thread count in the middle of a run (train/thread_tuner.h); that is
+// only a speed choice if the same run computes the same bits at every count.
+TEST_CASE("Training computes the same bits at one and at two threads", "[train][threads]") {
+  TempDir tmp;
+  for (const char* recipe : {"sft", "qat"}) {
+    std::map<int, std::vector<float>> lossesAt;
+    std::map<int, std::string> weightsAt;
+    for (int threads : {1, 2}) {
+      run::RunConfig config = run::RunConfig::fromYamlText(
+          "",
+          {"model.path=scratch:tiny", "data.train=builtin:sft", "data.seq_len=64",
+           "train.batch_size=4", "train.max_steps=8", "train.eval_every=0", "train.eval_batches=1",
+           "train.checkpoint_every=0", "optim.lr=3e-3", "data.validation_max=8",
+           "quant.calib_batches=1", std::string("recipe.name=") + recipe,
+           std::string("quant.format=") + (recipe == std::string("qat") ? "nvfp4" : "none"),
+           "train.threads=" + std::to_string(threads)});
+      run::RunOptions options;
+      options.runDir = (tmp.path / (std::string(recipe) + std::to_string(threads))).string();
+      REQUIRE(run::executeRun(config, options).state == RunState::Finished);
+      lossesAt[threads] = losses(options.runDir);
+      weightsAt[threads] = folderContents(fs::path(options.runDir) / "model")["model.safetensors"];
+    }
+    INFO(recipe);
+    REQUIRE(lossesAt[1].size() == 8);
+    CHECK(lossesAt[1] == lossesAt[2]);
+    CHECK(!weightsAt[1].empty());
+    CHECK(weightsAt[1] == weightsAt[2]);
+  }
+}
+
 TEST_CASE("A resumed run reproduces the uninterrupted run", "[train][resume]") {
   TempDir tmp;
   run::RunOptions straight;
