@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "fp4lab/data/shuffle.h"
 #include "fp4lab/error.h"
@@ -428,18 +432,263 @@ Example sftExample(Rng& rng, size_t index) {
   return pretrainExample(rng, index, true);
 }
 
+// ---- math_in_language, json_answer: the tasks for a real pretrained model ------------------
+// SmolLM2-135M-Instruct (docs/results.md) reasons in English whatever language is asked, gets
+// two-digit sums wrong ("7 is indeed 11") and ignores a required answer format; it does not refuse
+// safe questions, so false_refusal does not apply to it. These two tasks grade what it lacks, on
+// the answer and the language rather than on one template: a model that reasons in the asked
+// language and ends on the right number passes whatever its wording.
+
+// Two-digit sums (11..59 + 11..39) and differences (30..99 minus 11..(a - 5)).
+Arithmetic drawTwoDigit(Rng& rng) {
+  Arithmetic p{};
+  p.subtract = rng.below(2) == 1;
+  if (p.subtract) {
+    p.a = 30 + int(rng.below(70));
+    p.b = 11 + int(rng.below(size_t(p.a - 5 - 11 + 1)));
+    p.result = p.a - p.b;
+  } else {
+    p.a = 11 + int(rng.below(49));
+    p.b = 11 + int(rng.below(29));
+    p.result = p.a + p.b;
+  }
+  return p;
+}
+
+const std::vector<std::string> kNames = {"Ana", "Marco", "Lena", "Paul",  "Sofia",
+                                         "Tom", "Ines",  "Luca", "Clara", "Jonas"};
+const std::vector<std::string> kObjects = {"apples", "books",   "stamps", "coins",
+                                           "shells", "marbles", "cards",  "pencils"};
+const std::vector<std::string> kWordAddTrain = {
+    "{N} has {A} {O} and gets {B} more. How many {O} does {N} have now?", "What is {A} plus {B}?",
+    "There are {A} {O} in one box and {B} in another. How many in all?", "Add {A} and {B}."};
+const std::vector<std::string> kWordSubTrain = {
+    "{N} has {A} {O} and gives {B} to a friend. How many {O} are left?", "What is {A} minus {B}?",
+    "Subtract {B} from {A}.", "A shelf holds {A} {O}; {B} are taken. How many remain?"};
+const std::vector<std::string> kWordAddHeldOut = {
+    "Compute {A} + {B}.", "{N} collected {A} {O} on Monday and {B} on Tuesday. Find the total."};
+const std::vector<std::string> kWordSubHeldOut = {
+    "Compute {A} - {B}.", "{N} had {A} {O} and lost {B} of them. Find how many {N} still owns."};
+
+std::string wordProblem(Rng& rng, const Arithmetic& p, bool heldOut) {
+  const auto& t = heldOut ? (p.subtract ? kWordSubHeldOut : kWordAddHeldOut)
+                          : (p.subtract ? kWordSubTrain : kWordAddTrain);
+  std::string q = rng.pick(t);
+  q = replaceAll(q, "{N}", rng.pick(kNames));
+  q = replaceAll(q, "{O}", rng.pick(kObjects));
+  return replaceAll(replaceAll(q, "{A}", std::to_string(p.a)), "{B}", std::to_string(p.b));
+}
+
+// A worked answer in the language: tens, then units, then the total, then "Answer: N" in the
+// language's word. The decomposition is what a small model can follow digit by digit.
+struct Worked {
+  const char *add, *sub, *tens, *units, *total, *answer;
+};
+const Worked& worked(const std::string& code) {
+  static const std::map<std::string, Worked> w = {
+      {"es",
+       {"Sumamos {A} y {B}. Primero las decenas y luego las unidades.",
+        "Restamos {B} de {A}. Primero quitamos las decenas y luego las unidades.", "Decenas",
+        "Unidades", "Por lo tanto el resultado es", "Respuesta"}},
+      {"fr",
+       {"On additionne {A} et {B}. D'abord les dizaines, puis les unités.",
+        "On soustrait {B} de {A}. D'abord on enlève les dizaines, puis les unités.", "Dizaines",
+        "Unités", "Donc le résultat est", "Réponse"}},
+      {"de",
+       {"Wir addieren {A} und {B}. Zuerst die Zehner, dann die Einer.",
+        "Wir ziehen {B} von {A} ab. Zuerst die Zehner, dann die Einer.", "Zehner", "Einer",
+        "Also ist das Ergebnis", "Antwort"}},
+      {"it",
+       {"Sommiamo {A} e {B}. Prima le decine e poi le unità.",
+        "Sottraiamo {B} da {A}. Prima togliamo le decine e poi le unità.", "Decine", "Unità",
+        "Quindi il risultato è", "Risposta"}},
+  };
+  return w.at(code);
+}
+
+std::string workedAnswer(const Arithmetic& p, const Language& l) {
+  const Worked& w = worked(l.code);
+  const std::string A = std::to_string(p.a), B = std::to_string(p.b);
+  const int bt = p.b / 10 * 10, bu = p.b % 10;
+  std::string s = replaceAll(replaceAll(p.subtract ? w.sub : w.add, "{A}", A), "{B}", B) + " ";
+  if (p.subtract) {
+    const int mid = p.a - bt;
+    s += std::string(w.tens) + ": " + A + " - " + std::to_string(bt) + " = " + std::to_string(mid) +
+         ". " + w.units + ": " + std::to_string(mid) + " - " + std::to_string(bu) + " = " +
+         std::to_string(p.result) + ". ";
+  } else {
+    const int at = p.a / 10 * 10, au = p.a % 10;
+    s += std::string(w.tens) + ": " + std::to_string(at) + " + " + std::to_string(bt) + " = " +
+         std::to_string(at + bt) + ". " + w.units + ": " + std::to_string(au) + " + " +
+         std::to_string(bu) + " = " + std::to_string(au + bu) + ". " + std::to_string(at + bt) +
+         " + " + std::to_string(au + bu) + " = " + std::to_string(p.result) + ". ";
+  }
+  return s + w.total + " " + std::to_string(p.result) + ".\n" + w.answer + ": " +
+         std::to_string(p.result);
+}
+
+// Words that mark each language in a short reasoning (lower case, whole words). A reply is in a
+// language when it has at least 3 of that language's marks and more than of any other's.
+const std::map<std::string, std::set<std::string>>& languageMarks() {
+  static const std::map<std::string, std::set<std::string>> m = {
+      {"en", {"the",  "and",    "is",   "are",      "we",     "first", "then",
+              "so",   "answer", "add",  "subtract", "of",     "to",    "that",
+              "this", "has",    "have", "there",    "result", "total", "now"}},
+      {"es",
+       {"y",       "el",        "los",      "las",     "que",       "es",      "son",   "primero",
+        "luego",   "sumamos",   "restamos", "tenemos", "respuesta", "más",     "menos", "unidades",
+        "decenas", "resultado", "por",      "tanto",   "quitamos",  "entonces"}},
+      {"fr",
+       {"et", "le", "les", "est", "font", "on", "additionne", "soustrait", "puis", "donc",
+        "réponse", "unités", "dizaines", "d'abord", "ensuite", "résultat", "enlève", "nous", "il"}},
+      {"de",
+       {"und", "der", "die", "das", "ist", "sind", "wir", "addieren", "ziehen", "ab", "von", "dann",
+        "zuerst", "antwort", "einer", "zehner", "also", "ergebnis", "es"}},
+      {"it",
+       {"e", "il", "che", "è", "fa", "sommiamo", "sottraiamo", "poi", "quindi", "risposta", "unità",
+        "decine", "prima", "da", "risultato", "togliamo", "abbiamo"}},
+  };
+  return m;
+}
+
+std::map<std::string, int> languageCounts(const std::string& text) {
+  std::map<std::string, int> counts;
+  std::string word;
+  auto flush = [&] {
+    if (word.empty()) return;
+    for (const auto& [code, marks] : languageMarks()) counts[code] += int(marks.count(word));
+    word.clear();
+  };
+  for (unsigned char c : text) {
+    // Letters (ASCII, lower-cased, and every byte of a UTF-8 sequence) and apostrophes.
+    if (std::isalpha(c) || c >= 0x80 || c == '\'')
+      word += char(std::tolower(c));
+    else
+      flush();
+  }
+  flush();
+  return counts;
+}
+
+// The last integer the reply writes (digits only; a minus sign is not part of it). -1: none.
+long lastInteger(const std::string& text) {
+  long last = -1;
+  for (size_t i = 0; i < text.size();) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+    last = j - i <= 9 ? std::stol(text.substr(i, j - i)) : -1;
+    i = j;
+  }
+  return last;
+}
+
+const std::vector<std::string> kJsonSystemTrain = {
+    "Reply with JSON only, exactly of the form {\"answer\": ...}.",
+    "Answer in JSON: {\"answer\": <your answer>} and nothing else.",
+    "Respond only with a JSON object whose single key is \"answer\"."};
+const std::vector<std::string> kJsonSystemHeldOut = {
+    "Output one JSON object with the key \"answer\". No other text.",
+    "Format: a bare JSON object {\"answer\": value}; write nothing around it."};
+
+struct JsonQuestion {
+  std::string question;
+  nlohmann::json answer;
+};
+
+const std::vector<std::pair<std::string, std::string>>& moreCapitals() {
+  static const std::vector<std::pair<std::string, std::string>> c = {
+      {"France", "Paris"},     {"Spain", "Madrid"},       {"Italy", "Rome"},
+      {"Germany", "Berlin"},   {"Japan", "Tokyo"},        {"Canada", "Ottawa"},
+      {"Egypt", "Cairo"},      {"Peru", "Lima"},          {"Kenya", "Nairobi"},
+      {"Norway", "Oslo"},      {"Chile", "Santiago"},     {"Greece", "Athens"},
+      {"Portugal", "Lisbon"},  {"Austria", "Vienna"},     {"Sweden", "Stockholm"},
+      {"Poland", "Warsaw"},    {"Ireland", "Dublin"},     {"Russia", "Moscow"},
+      {"China", "Beijing"},    {"Mexico", "Mexico City"}, {"Argentina", "Buenos Aires"},
+      {"Finland", "Helsinki"}, {"Denmark", "Copenhagen"}, {"Hungary", "Budapest"},
+  };
+  return c;
+}
+
+// Capitals and single-digit sums, asked the training way or the held-out way.
+JsonQuestion jsonQuestion(Rng& rng, bool heldOut) {
+  if (rng.below(2) == 0) {
+    const auto& c = rng.pick(moreCapitals());
+    const std::string q = heldOut
+                              ? "Name the capital city of " + c.first + "."
+                              : (rng.below(2) ? "What is the capital of " + c.first + "?"
+                                              : "Which city is the capital of " + c.first + "?");
+    return {q, c.second};
+  }
+  const int a = 1 + int(rng.below(9)), b = 1 + int(rng.below(9));
+  const std::string A = std::to_string(a), B = std::to_string(b);
+  const std::string q = heldOut ? "Give the sum of " + A + " and " + B + "."
+                                : (rng.below(2) ? "What is " + A + " plus " + B + "?"
+                                                : "How much is " + A + " + " + B + "?");
+  return {q, a + b};
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The fine-tuning data of the two real-model tasks, with general data: math_in_language 45%,
+// json_answer 35%, capitals and number words in plain prose 20%.
+Example sftMathJsonExample(Rng& rng, size_t index) {
+  const std::string source = "builtin:sft-math-json#" + std::to_string(index);
+  const double u = rng.uniform();
+  if (u < 0.45) {
+    Arithmetic p = drawTwoDigit(rng);
+    const Language& l = languages()[1 + rng.below(4)];
+    std::string system = rng.pick(kSystemSftPrefix) +
+                         replaceAll(rng.pick(kSystemTrain), "{L}", l.name) +
+                         rng.pick(kSystemSftSuffix);
+    return chat({{"system", system},
+                 {"user", roughen(wordProblem(rng, p, false), rng.uniform())},
+                 {"assistant", workedAnswer(p, l)}},
+                source);
+  }
+  if (u < 0.80) {
+    JsonQuestion q = jsonQuestion(rng, false);
+    return chat({{"system", rng.pick(kJsonSystemTrain)},
+                 {"user", q.question},
+                 {"assistant", nlohmann::json{{"answer", q.answer}}.dump()}},
+                source);
+  }
+  if (rng.below(2) == 0) {
+    const auto& c = rng.pick(moreCapitals());
+    return chat({{"user", "What is the capital of " + c.first + "?"},
+                 {"assistant", "The capital of " + c.first + " is " + c.second + "."}},
+                source);
+  }
+  const Language& l = languages()[1 + rng.below(4)];
+  const int n = int(rng.below(21));
+  return chat(
+      {{"user", "How do you say " + std::to_string(n) + " in " + l.name + "?"},
+       {"assistant", std::to_string(n) + " in " + l.name + " is " + l.numbers[size_t(n)] + "."}},
+      source);
+}
+
 }  // namespace
 
 std::vector<std::string> builtinDatasetNames() {
-  return {"pretrain", "sft", "tasks-val"};
+  return {"pretrain", "sft", "tasks-val", "sft-math-json"};
 }
 std::vector<std::string> builtinTaskNames() {
-  return {"reasoning_language", "false_refusal"};
+  return {"reasoning_language", "false_refusal", "math_in_language", "json_answer"};
 }
 
 std::vector<TaskItem> builtinTaskItems(const std::string& task, size_t count, uint64_t seed,
                                        bool heldOut) {
-  Rng rng{SplitMix64(seed * 0x2545F4914F6CDD1Dull + (task == "false_refusal" ? 17 : 3))};
+  const uint64_t salt = task == "false_refusal"      ? 17
+                        : task == "math_in_language" ? 29
+                        : task == "json_answer"      ? 41
+                                                     : 3;
+  Rng rng{SplitMix64(seed * 0x2545F4914F6CDD1Dull + salt)};
   std::vector<TaskItem> items;
   for (size_t i = 0; i < count; ++i) {
     TaskItem item;
@@ -458,9 +707,23 @@ std::vector<TaskItem> builtinTaskItems(const std::string& task, size_t count, ui
           {"user", replaceAll(rng.pick(heldOut ? kHowHeldOut : kHowTrain), "{X}", q.action)}};
       item.reference = q.answer;
       item.facts = {{"key", q.key}};
+    } else if (task == "math_in_language") {
+      Arithmetic p = drawTwoDigit(rng);
+      const Language& l = languages()[1 + rng.below(4)];
+      item.prompt = {
+          {"system", replaceAll(rng.pick(heldOut ? kSystemHeldOut : kSystemTrain), "{L}", l.name)},
+          {"user", wordProblem(rng, p, heldOut)}};
+      item.reference = workedAnswer(p, l);
+      item.facts = {{"language", l.name}, {"code", l.code}, {"answer", std::to_string(p.result)}};
+    } else if (task == "json_answer") {
+      JsonQuestion q = jsonQuestion(rng, heldOut);
+      item.prompt = {{"system", rng.pick(heldOut ? kJsonSystemHeldOut : kJsonSystemTrain)},
+                     {"user", q.question}};
+      item.reference = nlohmann::json{{"answer", q.answer}}.dump();
+      item.facts = {{"answer", q.answer.dump()}};
     } else {
       throw Error("unknown built-in task '" + task + "'", "builtin tasks",
-                  "use reasoning_language or false_refusal");
+                  "use reasoning_language, false_refusal, math_in_language or json_answer");
     }
     items.push_back(std::move(item));
   }
@@ -499,6 +762,37 @@ Grade gradeTask(const TaskItem& item, const std::string& response) {
       return {false, "answered without '" + item.facts.at("key") + "'"};
     return {true, ""};
   }
+  if (item.task == "math_in_language") {
+    const long answer = lastInteger(response);
+    if (std::to_string(answer) != item.facts.at("answer"))
+      return {false, answer < 0 ? "no number"
+                                : "ends on " + std::to_string(answer) + ", expected " +
+                                      item.facts.at("answer")};
+    const std::map<std::string, int> counts = languageCounts(response);
+    const std::string& code = item.facts.at("code");
+    const int mine = counts.count(code) ? counts.at(code) : 0;
+    if (mine < 3) return {false, "not in " + item.facts.at("language")};
+    for (const auto& [other, n] : counts)
+      if (other != code && n >= mine)
+        return {false, "reasoning in " + other + ", not " + item.facts.at("language")};
+    return {true, ""};
+  }
+  if (item.task == "json_answer") {
+    // Strict: the whole reply (up to surrounding white space) is one JSON object with the one key
+    // "answer" holding the right value (names compared without regard to case).
+    const nlohmann::json reply = nlohmann::json::parse(response, nullptr, false);
+    if (reply.is_discarded()) return {false, "not JSON"};
+    if (!reply.is_object() || reply.size() != 1 || !reply.contains("answer"))
+      return {false, "not an object with the one key 'answer'"};
+    const nlohmann::json expected = nlohmann::json::parse(item.facts.at("answer"));
+    const nlohmann::json& got = reply["answer"];
+    const bool right =
+        expected.is_string()
+            ? got.is_string() && lower(got.get<std::string>()) == lower(expected.get<std::string>())
+            : got.is_number() && got == expected;
+    if (!right) return {false, "answer " + got.dump() + ", expected " + expected.dump()};
+    return {true, ""};
+  }
   throw Error("unknown task '" + item.task + "'", "gradeTask");
 }
 
@@ -510,15 +804,19 @@ std::vector<Example> builtinDataset(const std::string& name, uint64_t seed, size
     for (size_t i = 0; i < count; ++i) out.push_back(pretrainExample(rng, i));
   } else if (name == "sft") {
     for (size_t i = 0; i < count; ++i) out.push_back(sftExample(rng, i));
+  } else if (name == "sft-math-json") {
+    for (size_t i = 0; i < count; ++i) out.push_back(sftMathJsonExample(rng, i));
   } else if (name == "tasks-val") {
-    for (const auto& task : builtinTaskNames())
+    for (const char* task : {"reasoning_language", "false_refusal"})
       for (auto& item : builtinTaskItems(task, count / 2, seed, true)) {
         item.prompt.push_back({"assistant", item.reference});
-        out.push_back(chat(item.prompt, "builtin:tasks-val/" + task));
+        out.push_back(chat(item.prompt, std::string("builtin:tasks-val/") + task));
       }
   } else {
-    throw Error("unknown built-in dataset '" + name + "'", "data.train",
-                "use builtin:pretrain, builtin:sft or builtin:tasks-val, or a JSONL file");
+    throw Error(
+        "unknown built-in dataset '" + name + "'", "data.train",
+        "use builtin:pretrain, builtin:sft, builtin:tasks-val or builtin:sft-math-json, or a "
+        "JSONL file");
   }
   return out;
 }

@@ -83,7 +83,7 @@ struct Step {
 // The experiment's runs in order, with the configuration each would run now.
 std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::string& dir) {
   std::string tasks;
-  for (const auto& t : data::builtinTaskNames()) tasks += (tasks.empty() ? "" : ",") + t;
+  for (const auto& t : splitList(config.tasks)) tasks += (tasks.empty() ? "" : ",") + t;
   auto common = [&](const std::string& name) {
     return std::vector<std::string>{
         "run.name=" + name,

@@ -103,7 +103,7 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config,
     const ExperimentSummary* s = summary(name);
     return s && s->count > 1 ? " (mean of " + std::to_string(s->count) + " seeds)" : std::string();
   };
-  const std::vector<std::string> tasks = data::builtinTaskNames();
+  const std::vector<std::string> tasks = splitList(config.tasks);
   auto minRate = [&](const ExperimentRun& r) {
     double m = INFINITY;
     for (const auto& t : tasks) m = std::min(m, r.passRate.count(t) ? r.passRate.at(t) : NAN);

@@ -1,8 +1,10 @@
 // The experiment's own keys (sft_steps, qat_lr, formats, ...): one table, read from YAML and
 // key=value through the same machinery as the run config (run/key_table.h).
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
+#include "fp4lab/data/builtin_tasks.h"
 #include "fp4lab/error.h"
 #include "fp4lab/run/experiment.h"
 #include "run/key_table.h"
@@ -28,7 +30,8 @@ const std::vector<Binding>& table() {
            text("base_model", "the base model every run starts from (a folder or builtin:tiny)")),
       bind(&C::trainData,
            text("train_data",
-                "the SFT data, also the QAT and QAD data (a JSONL file or builtin:sft)")),
+                "the SFT data, also the QAT and QAD data (a JSONL file, builtin:sft or "
+                "builtin:sft-math-json)")),
       bind(&C::seed,
            integer("seed", 0, kMaxSeed, "every run's run.seed (training order, initialisation)")),
       bind(&C::dataSeed, integer("data_seed", 0, kMaxSeed,
@@ -48,6 +51,9 @@ const std::vector<Binding>& table() {
       bind(&C::evalBatches, integer("eval_batches", 1, 1e6, "validation batches per evaluation")),
       bind(&C::taskItems,
            integer("task_items", 1, 1e6, "held-out items per task, graded by generation")),
+      bind(&C::tasks, text("tasks",
+                           "the built-in tasks every run is graded on (comma-separated; "
+                           "math_in_language,json_answer for a real model)")),
       bind(&C::formats, text("formats", "mxfp4, nvfp4 or both (comma-separated)")),
       bind(&C::activations,
            keys::boolean("activations",
@@ -111,6 +117,15 @@ void ExperimentConfig::validate() const {
     if (f != "mxfp4" && f != "nvfp4")
       throw Error("'formats' names an unknown format '" + f + "'", where("formats"),
                   "use mxfp4, nvfp4 or both (formats=mxfp4,nvfp4)");
+  const std::vector<std::string> taskList = splitList(tasks);
+  if (taskList.empty())
+    throw Error("'tasks' names no task", where("tasks"), "e.g. tasks=reasoning_language");
+  const std::vector<std::string> known = data::builtinTaskNames();
+  for (const auto& t : taskList)
+    if (std::find(known.begin(), known.end(), t) == known.end())
+      throw Error("'tasks' names an unknown task '" + t + "'", where("tasks"),
+                  "the built-in tasks are reasoning_language, false_refusal, math_in_language "
+                  "and json_answer");
 }
 
 std::string ExperimentConfig::toYaml() const {

@@ -10,7 +10,7 @@ namespace fp4lab::run::experiment_detail {
 
 std::string markdownReport(const ExperimentResult& result, const ExperimentConfig& config,
                            const std::string& commandLine) {
-  const std::vector<std::string> tasks = data::builtinTaskNames();
+  const std::vector<std::string> tasks = splitList(config.tasks);
   std::ostringstream md;
   md << "# fp4lab experiment report\n\n";
   if (!commandLine.empty()) md << "Command: `" << commandLine << "`\n\n";

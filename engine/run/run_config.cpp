@@ -71,8 +71,9 @@ const std::vector<Binding>& table() {
       bind(&C::trainData,
            path(text(
                "data.train",
-               "a JSONL file or builtin:pretrain, builtin:sft, builtin:tasks-val, or random:tokens "
-               "(uniformly random token ids, every position scored; needs data.validation)"))),
+               "a JSONL file or builtin:pretrain, builtin:sft, builtin:tasks-val, "
+               "builtin:sft-math-json, or random:tokens (uniformly random token ids, every "
+               "position scored; needs data.validation)"))),
       bind(&C::validationData,
            path(text("data.validation",
                      "a JSONL file; without one, data.validation_fraction of the "
@@ -181,8 +182,8 @@ const std::vector<Binding>& table() {
                      "a model folder: every evaluation logs val_kl, the KL from it to "
                      "the trained model (default: none; the teacher for qad)"))),
       bind(&C::tasks, text("eval.tasks",
-                           "comma-separated built-in tasks (reasoning_language, false_refusal) "
-                           "graded by generation")),
+                           "comma-separated built-in tasks (reasoning_language, false_refusal, "
+                           "math_in_language, json_answer) graded by generation")),
       bind(&C::taskItems, integer("eval.task_items", 1, 1e6, "held-out items per task")),
       bind(&C::taskEvery,
            integer("eval.task_every", 0, kMaxSteps,

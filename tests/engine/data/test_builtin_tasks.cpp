@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cctype>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "fp4lab/data/builtin_tasks.h"
@@ -36,6 +38,10 @@ TEST_CASE("Held-out phrasings never appear in the training data", "[data][builti
     for (const auto& e : builtinDataset(name, 11, 3000))
       for (const auto& m : e.messages)
         if (m.role != "assistant") trainingPrompts.insert(m.content);
+  for (const char* name : {"sft-math-json"})
+    for (const auto& e : builtinDataset(name, 11, 3000))
+      for (const auto& m : e.messages)
+        if (m.role != "assistant") trainingPrompts.insert(m.content);
   for (const auto& task : builtinTaskNames()) {
     auto items = builtinTaskItems(task, 200, 3, true);
     int seen = 0;
@@ -58,7 +64,7 @@ TEST_CASE("No training prompt uses a held-out phrasing's words, in any case", "[
     return s;
   };
   // They are really what the evaluation asks.
-  for (const auto& task : builtinTaskNames())
+  for (const char* task : {"reasoning_language", "false_refusal"})
     for (const auto& item : builtinTaskItems(task, 50, 4, true)) {
       bool found = false;
       for (const auto& m : item.prompt)
@@ -118,7 +124,8 @@ TEST_CASE("The base corpus teaches the habits the fine-tuning must change", "[da
   CHECK(alarming > 20);
 }
 
-TEST_CASE("The fine-tuning set replays general data, not the habits it changes", "[data][builtin]") {
+TEST_CASE("The fine-tuning set replays general data, not the habits it changes",
+          "[data][builtin]") {
   // About 15% of the fine-tuning set is base-corpus data; it must not bring back English
   // reasoning or refusals, which the rest of the set trains away.
   int englishReasoning = 0, refused = 0, capitals = 0, vocabulary = 0, arithmetic = 0;
@@ -135,4 +142,126 @@ TEST_CASE("The fine-tuning set replays general data, not the habits it changes",
   CHECK(capitals > 50);
   CHECK(vocabulary > 50);
   CHECK(arithmetic > 1800);
+}
+
+TEST_CASE("The real-model tasks' held-out phrasings are not in their fine-tuning data",
+          "[data][builtin]") {
+  // Held out (builtin_tasks.cpp): system "Your reasoning must be in {L}.", "Use {L} for the
+  // reasoning.", "Output one JSON object ...", "Format: a bare JSON object ..."; user "Compute {A}
+  // + {B}.", "... collected ... on Monday ... Find the total.", "... Find how many {N} still
+  // owns.", "Name the capital city of {C}.", "Give the sum of {A} and {B}.".
+  const std::vector<std::string> heldOutWords = {"must be in",
+                                                 "for the reasoning.",
+                                                 "output one json",
+                                                 "format: a bare",
+                                                 "compute",
+                                                 "on monday",
+                                                 "find the total",
+                                                 "still owns",
+                                                 "name the capital city",
+                                                 "give the sum"};
+  auto lower = [](std::string s) {
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  for (const char* task : {"math_in_language", "json_answer"})
+    for (const auto& item : builtinTaskItems(task, 100, 4, true)) {
+      int found = 0;
+      for (const auto& m : item.prompt)
+        for (const auto& w : heldOutWords) found += lower(m.content).find(w) != std::string::npos;
+      INFO(task);
+      CHECK(found >= 2);  // both the system prompt and the question are held out
+    }
+  int checked = 0;
+  for (const auto& e : builtinDataset("sft-math-json", 12, 4000))
+    for (const auto& m : e.messages) {
+      if (m.role == "assistant") continue;
+      ++checked;
+      for (const auto& w : heldOutWords) {
+        INFO(m.content);
+        CHECK(lower(m.content).find(w) == std::string::npos);
+      }
+    }
+  CHECK(checked > 6000);
+}
+
+TEST_CASE("math_in_language grades the language and the final number, not the wording",
+          "[data][builtin]") {
+  int subtractions = 0;
+  for (const auto& item : builtinTaskItems("math_in_language", 60, 9, true)) {
+    INFO(item.reference);
+    const std::string answer = item.facts.at("answer");
+    CHECK(gradeTask(item, item.reference).pass);
+    subtractions += item.reference.find(" - ") != std::string::npos;
+    // Other wording in the same language, ending on the number: a pass.
+    const std::string code = item.facts.at("code");
+    const std::map<std::string, std::string> own = {
+        {"es", "Primero sumamos las decenas y luego las unidades, por lo tanto son "},
+        {"fr", "On additionne d'abord les dizaines puis les unités, donc le résultat est "},
+        {"de", "Wir rechnen zuerst die Zehner und dann die Einer, also ist das Ergebnis "},
+        {"it", "Prima le decine e poi le unità, quindi il risultato è "}};
+    CHECK(gradeTask(item, own.at(code) + answer + ".").pass);
+    // The base model's habits: English reasoning with the right number; the wrong number.
+    CHECK_FALSE(
+        gradeTask(item, "First we add the tens and then the units, so the answer is " + answer)
+            .pass);
+    CHECK_FALSE(gradeTask(item, own.at(code) + std::to_string(std::stoi(answer) + 1)).pass);
+    CHECK_FALSE(gradeTask(item, own.at(code)).pass);  // no number at all
+    // Another of the four languages than the one asked.
+    const std::string other = code == "es" ? "it" : "es";
+    CHECK_FALSE(gradeTask(item, own.at(other) + answer).pass);
+  }
+  CHECK(subtractions > 10);
+}
+
+TEST_CASE("json_answer accepts exactly one JSON object with the right answer", "[data][builtin]") {
+  int capitals = 0, sums = 0;
+  for (const auto& item : builtinTaskItems("json_answer", 60, 9, true)) {
+    INFO(item.reference);
+    CHECK(gradeTask(item, item.reference).pass);
+    CHECK(gradeTask(item, "  " + item.reference + "\n").pass);
+    const nlohmann::json expected = nlohmann::json::parse(item.facts.at("answer"));
+    if (expected.is_string()) {
+      ++capitals;
+      std::string upper = expected.get<std::string>();
+      for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+      CHECK(gradeTask(item, nlohmann::json{{"answer", upper}}.dump()).pass);
+      CHECK_FALSE(gradeTask(item, R"({"answer": "Atlantis"})").pass);
+      CHECK_FALSE(gradeTask(item, "The capital is " + expected.get<std::string>() + ".").pass);
+    } else {
+      ++sums;
+      CHECK_FALSE(gradeTask(item, nlohmann::json{{"answer", expected.get<int>() + 1}}.dump()).pass);
+      // A number as a string is not the number.
+      CHECK_FALSE(gradeTask(item, nlohmann::json{{"answer", expected.dump()}}.dump()).pass);
+    }
+    // Around the object, inside a code fence, with another key, or an array: fails.
+    CHECK_FALSE(gradeTask(item, "Sure! " + item.reference).pass);
+    CHECK_FALSE(gradeTask(item, "```json\n" + item.reference + "\n```").pass);
+    nlohmann::json extra = nlohmann::json::parse(item.reference);
+    extra["note"] = "x";
+    CHECK_FALSE(gradeTask(item, extra.dump()).pass);
+    CHECK_FALSE(gradeTask(item, "[" + item.reference + "]").pass);
+  }
+  CHECK(capitals > 10);
+  CHECK(sums > 10);
+}
+
+TEST_CASE("The real-model fine-tuning set: both tasks done right, with general data",
+          "[data][builtin]") {
+  int math = 0, json = 0, general = 0;
+  for (const auto& e : builtinDataset("sft-math-json", 3, 2000)) {
+    const std::string& system =
+        e.messages.front().role == "system" ? e.messages.front().content : "";
+    if (system.find("JSON") != std::string::npos) {
+      ++json;
+      CHECK(nlohmann::json::parse(e.messages.back().content).contains("answer"));
+    } else if (!system.empty()) {
+      ++math;
+    } else {
+      ++general;
+    }
+  }
+  CHECK(math > 800);
+  CHECK(json > 550);
+  CHECK(general > 300);
 }

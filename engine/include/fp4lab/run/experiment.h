@@ -35,6 +35,7 @@ struct ExperimentConfig {
   int64_t evalEvery = 25;
   int64_t evalBatches = 8;
   int64_t taskItems = 300;  // a pass rate near 95% then has a standard error of ~1.3 points
+  std::string tasks = "reasoning_language,false_refusal";  // the built-in tasks graded
   std::string formats = "mxfp4,nvfp4";
   bool activations = true;              // W4A4; false: W4A16
   std::string baseQatFormat = "mxfp4";  // the QAT-from-base run (no BF16 stage)
