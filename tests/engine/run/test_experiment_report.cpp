@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fp4lab/data/builtin_tasks.h"
+#include "fp4lab/error.h"
 #include "fp4lab/run/experiment.h"
 
 using namespace fp4lab;
@@ -201,4 +202,33 @@ TEST_CASE("The KL goal's step label reads the runs' own step counts", "[run][exp
   };
   CHECK(label(200, 200).find("(equal steps)") != std::string::npos);
   CHECK(label(400, 200).find("(UNEQUAL steps)") != std::string::npos);
+}
+
+TEST_CASE("The experiment's tasks key: checked, and the report grades those tasks only",
+          "[run][experiment]") {
+  run::ExperimentConfig config = run::ExperimentConfig::quick();
+  CHECK(config.tasks == "reasoning_language,false_refusal");
+  config.applyOverride("tasks=math_in_language,nope");
+  try {
+    config.validate();
+    FAIL("an unknown task was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("'tasks' names an unknown task 'nope'") != std::string::npos);
+  }
+  config.applyOverride("tasks=math_in_language,json_answer");
+  CHECK_NOTHROW(config.validate());
+  CHECK(config.toYaml().find("tasks: math_in_language,json_answer") != std::string::npos);
+
+  // Runs graded on the real-model tasks: the report's columns are those, not the tiny model's.
+  run::ExperimentResult result;
+  for (auto r : {made("base", "sft", 1234, 2.2, 0.0), made("sft", "sft", 1234, 0.5, 0.9)}) {
+    r.name = r.group = r.recipe == "sft" && r.valLoss > 1 ? "base" : "sft";
+    r.passRate = {{"math_in_language", r.valLoss > 1 ? 0.0 : 0.4},
+                  {"json_answer", r.valLoss > 1 ? 0.0 : 0.63}};
+    result.runs.push_back(r);
+  }
+  run::assessExperiment(result, config);
+  CHECK(result.reportCsv.find("math_in_language") != std::string::npos);
+  CHECK(result.reportCsv.find("reasoning_language") == std::string::npos);
+  CHECK(result.reportMarkdown.find("63.0%") != std::string::npos);
 }
