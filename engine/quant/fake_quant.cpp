@@ -218,6 +218,10 @@ void FakeQuantizer::beginCalibration() {
 
 void FakeQuantizer::endCalibration() {
   m_calibrating = false;
+  // A calibrated NVFP4 amax moves up to the nearest value (a few ulps at most) that an export
+  // writes exactly in both layouts: compressed-tensors' 2688 / amax does not say which of two
+  // neighbouring amaxes it came from, and for activations the other one quantizes differently.
+  if (m_frozen && m_config.format == FP4_FORMAT_NVFP4) m_amax = fp4_nvfp4_exportable_amax(m_amax);
 }
 
 void FakeQuantizer::setMeasuring(bool on) {

@@ -207,14 +207,7 @@ float amaxForGlobalScale(float s2, const std::string& where) {
 float amaxForReciprocalScale(float g, const std::string& where) {
   if (!(g > 0.0f) || !std::isfinite(g))
     throw Error("NVFP4 global scale " + std::to_string(g) + " is not positive", where);
-  if (g == 1.0f) return 2688.0f;  // also an all-zero tensor's (s2 = 1 either way)
-  const double exact = 2688.0 / double(g);
-  float a = float(exact);
-  for (int k = 0; k < 16; ++k) a = std::nextafter(a, 0.0f);
-  float best = NAN;
-  for (int k = 0; k < 33; ++k, a = std::nextafter(a, std::numeric_limits<float>::infinity()))
-    if (2688.0f / a == g && (std::isnan(best) || std::fabs(a - exact) < std::fabs(best - exact)))
-      best = a;
+  const float best = fp4_nvfp4_amax_from_reciprocal(g);
   if (std::isnan(best))
     throw Error("no tensor amax gives the NVFP4 global scale " + std::to_string(g), where);
   return best;

@@ -261,6 +261,27 @@ float fp4_nvfp4_global_scale(float tensorAmax) {
   return nvfp4GlobalScale(tensorAmax);
 }
 
+float fp4_nvfp4_amax_from_reciprocal(float g) {
+  if (!(g > 0.0f) || !std::isfinite(g)) return NAN;
+  if (g == 1.0f) return 2688.0f;  // also an all-zero tensor's (s2 = 1 either way)
+  const double exact = 2688.0 / double(g);
+  float a = float(exact);
+  for (int k = 0; k < 16; ++k) a = std::nextafter(a, 0.0f);
+  float best = NAN;
+  for (int k = 0; k < 33; ++k, a = std::nextafter(a, INFINITY))
+    if (2688.0f / a == g && (std::isnan(best) || std::fabs(a - exact) < std::fabs(best - exact)))
+      best = a;
+  return best;
+}
+
+float fp4_nvfp4_exportable_amax(float tensorAmax) {
+  if (!(tensorAmax > 0.0f) || !std::isfinite(tensorAmax)) return tensorAmax;
+  float a = tensorAmax;
+  for (int k = 0; k < 8; ++k, a = std::nextafter(a, INFINITY))
+    if (fp4_nvfp4_amax_from_reciprocal(2688.0f / a) == a) return a;
+  return tensorAmax;
+}
+
 void fp4lab_set_last_error(fp4_status, const char* message) {
   t_lastError = message ? message : "";
 }

@@ -2,7 +2,9 @@
 // behaviour; plus backend selection and buffer-size helpers.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
+#include <random>
 #include <string>
 
 #include "kernel_fixtures.h"
@@ -125,4 +127,32 @@ TEST_CASE("Derived statistics follow their definitions", "[api]") {
   fp4_stats_merge(&t, &s);
   CHECK(t.count == 8);
   CHECK(fp4_stats_sqnr_db(&t) == Approx(20.0));
+}
+
+TEST_CASE("NVFP4 amaxes in compressed-tensors' reciprocal form: read back, and made exportable",
+          "[api]") {
+  std::mt19937 rng(20261202);
+  std::uniform_real_distribution<float> exponent(-20.0f, 20.0f);
+  int ambiguous = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const float amax = std::exp2(exponent(rng));
+    const float g = 2688.0f / amax;
+    const float back = fp4_nvfp4_amax_from_reciprocal(g);
+    REQUIRE(std::isfinite(back));
+    CHECK(2688.0f / back == g);  // an amax of that g, whichever
+    ambiguous += back != amax;
+    // The exportable amax: at most a few ulps up, and exactly what the reciprocal reads back.
+    const float e = fp4_nvfp4_exportable_amax(amax);
+    CHECK(e >= amax);
+    CHECK(e <= std::nextafter(std::nextafter(std::nextafter(amax, INFINITY), INFINITY), INFINITY));
+    CHECK(fp4_nvfp4_amax_from_reciprocal(2688.0f / e) == e);
+    CHECK(fp4_nvfp4_exportable_amax(e) == e);
+  }
+  // About one g in seven is reached by two amaxes (the case the exportable amax avoids).
+  CHECK(ambiguous > 20000 / 14);
+  CHECK(ambiguous < 20000 / 4);
+  CHECK(fp4_nvfp4_amax_from_reciprocal(1.0f) == 2688.0f);
+  CHECK(std::isnan(fp4_nvfp4_amax_from_reciprocal(0.0f)));
+  CHECK(std::isnan(fp4_nvfp4_amax_from_reciprocal(-1.0f)));
+  CHECK(fp4_nvfp4_exportable_amax(0.0f) == 0.0f);
 }

@@ -15,34 +15,32 @@ extern "C" {
 #define FP4_ENUM(name) enum name
 #endif
 
-typedef FP4_ENUM(fp4_status) {
-  FP4_OK = 0,
-  FP4_ERR_NULL_POINTER,  // a required buffer was NULL
-  FP4_ERR_MISALIGNED,    // a float buffer is not 4-byte aligned
-  FP4_ERR_SHAPE,         // negative sizes, or columns not a multiple of the block size
-  FP4_ERR_ARGUMENT,      // an option value out of range (format, tensor amax, ...)
-  FP4_ERR_UNAVAILABLE,   // the requested backend is not built or not supported by this CPU/GPU
-  FP4_ERR_CUDA,          // a CUDA call failed (fp4_last_error() has the runtime's message)
+typedef FP4_ENUM(fp4_status){
+    FP4_OK = 0,
+    FP4_ERR_NULL_POINTER,  // a required buffer was NULL
+    FP4_ERR_MISALIGNED,    // a float buffer is not 4-byte aligned
+    FP4_ERR_SHAPE,         // negative sizes, or columns not a multiple of the block size
+    FP4_ERR_ARGUMENT,      // an option value out of range (format, tensor amax, ...)
+    FP4_ERR_UNAVAILABLE,   // the requested backend is not built or not supported by this CPU/GPU
+    FP4_ERR_CUDA,          // a CUDA call failed (fp4_last_error() has the runtime's message)
 } fp4_status;
 
-typedef FP4_ENUM(fp4_format) { FP4_FORMAT_MXFP4 = 0, FP4_FORMAT_NVFP4 = 1 } fp4_format;
+typedef FP4_ENUM(fp4_format){FP4_FORMAT_MXFP4 = 0, FP4_FORMAT_NVFP4 = 1} fp4_format;
 
-typedef FP4_ENUM(fp4_scale_rule) {
-  FP4_SCALE_RULE_CEIL = 0,   // smallest e with amax <= 6 * 2^e (ModelOpt, torchao, cuBLAS)
-  FP4_SCALE_RULE_FLOOR = 1,  // floor(log2(amax)) - 2 (OCP MX v1.0; clips (6, 8) * 2^e)
+typedef FP4_ENUM(fp4_scale_rule){
+    FP4_SCALE_RULE_CEIL = 0,   // smallest e with amax <= 6 * 2^e (ModelOpt, torchao, cuBLAS)
+    FP4_SCALE_RULE_FLOOR = 1,  // floor(log2(amax)) - 2 (OCP MX v1.0; clips (6, 8) * 2^e)
 } fp4_scale_rule;
 
-typedef FP4_ENUM(fp4_rounding) {
-  FP4_ROUNDING_NEAREST_EVEN = 0,
-  FP4_ROUNDING_STOCHASTIC = 1,  // Philox4x32-10 keyed by `seed`, counter = element index
+typedef FP4_ENUM(fp4_rounding){
+    FP4_ROUNDING_NEAREST_EVEN = 0,
+    FP4_ROUNDING_STOCHASTIC = 1,  // Philox4x32-10 keyed by `seed`, counter = element index
 } fp4_rounding;
 
-typedef FP4_ENUM(fp4_backend) {
-  FP4_BACKEND_AUTO = 0,  // the fastest available CPU backend
-  FP4_BACKEND_REFERENCE = 1,
-  FP4_BACKEND_GENERIC = 2,
-  FP4_BACKEND_AVX2 = 3,
-  FP4_BACKEND_AVX512 = 4,
+typedef FP4_ENUM(fp4_backend){
+    FP4_BACKEND_AUTO = 0,  // the fastest available CPU backend
+    FP4_BACKEND_REFERENCE = 1, FP4_BACKEND_GENERIC = 2,
+    FP4_BACKEND_AVX2 = 3,      FP4_BACKEND_AVX512 = 4,
 } fp4_backend;
 
 typedef struct fp4_config {
@@ -89,6 +87,14 @@ int64_t fp4_scale_count(fp4_format format, int64_t rows, int64_t cols);  // rows
 float fp4_tensor_amax(const float* x, int64_t count);
 // NVFP4 global scale s2 = amax / 2688, or 1 when amax == 0 (ModelOpt's weight_scale_2).
 float fp4_nvfp4_global_scale(float tensor_amax);
+// compressed-tensors writes the reciprocal g = 2688 / amax (one fp32 division). About one g in
+// seven is reached by two neighbouring amaxes whose s2 differ in the last bit; this returns the one
+// nearest 2688 / g (the file cannot say which it was), 2688 for g == 1, NaN when no amax gives g.
+float fp4_nvfp4_amax_from_reciprocal(float g);
+// The smallest amax >= tensor_amax (at most a few ulps above) whose reciprocal reads back as
+// itself, so that a calibrated activation amax is the same after export in either layout
+// (ModelOpt's s2 or compressed-tensors' g). tensor_amax itself when none is found nearby.
+float fp4_nvfp4_exportable_amax(float tensor_amax);
 
 // Quantize x (rows x cols) to packed codes (rows*cols/2 bytes) and scale bytes
 // (rows*cols/block: E8M0 for MXFP4, E4M3 for NVFP4). NVFP4: `tensor_amax` < 0 means "measure
