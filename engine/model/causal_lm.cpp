@@ -216,4 +216,12 @@ CausalLM copyCausalLM(CausalLM& source, const torch::TensorOptions& options) {
   return copy;
 }
 
+void holdMatrixWeightsInBf16(CausalLM& model) {
+  torch::NoGradGuard noGrad;
+  const torch::Tensor& embeddings = model->model->embedTokens->weight;
+  for (auto& p : model->parameters())
+    if (p.dim() >= 2 && !p.is_same(embeddings) && p.scalar_type() != torch::kBFloat16)
+      p.set_data(p.to(torch::kBFloat16));
+}
+
 }  // namespace fp4lab::model

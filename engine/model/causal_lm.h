@@ -101,4 +101,12 @@ TORCH_MODULE(CausalLM);
 // device (e.g. the frozen BF16 teacher for distillation). Quantizers are not copied.
 CausalLM copyCausalLM(CausalLM& source, const torch::TensorOptions& options);
 
+// For a frozen model (teacher, reference) that runs under BF16 autocast: every weight of a
+// matrix product (every parameter of two or more dimensions except the embeddings) is stored in
+// BF16, the rest stays as it is (fp32). Autocast rounds those weights to BF16 anyway, so the model
+// computes exactly what the fp32 model computes (a student with the same weights: the same
+// residual stream, norms and products) in about half the memory. Without autocast the products
+// would mix dtypes: only for BF16 compute.
+void holdMatrixWeightsInBf16(CausalLM& model);
+
 }  // namespace fp4lab::model

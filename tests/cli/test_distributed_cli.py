@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cli_util import BIN, fail, run  # noqa: E402
 RTOL = 1e-4
-QUANT_RTOL = 1e-1
+QUANT_RTOL = 1e-2
 COMMON = ["model.path=builtin:tiny", "data.train=builtin:sft", "data.seq_len=64",
           "train.batch_size=4", "train.eval_every=4", "train.eval_batches=2",
           "data.validation_max=8", "train.threads=1", "optim.lr=1e-3",
@@ -304,7 +304,7 @@ def rendezvous(tmp):
 def quant(tmp):
     for name, recipe in (("qat", ["recipe.name=qat", "quant.format=nvfp4"]),
                          ("qad", ["recipe.name=qad", "quant.format=mxfp4"])):
-        args = recipe + ["train.max_steps=6"]
+        args = recipe + ["train.max_steps=6", "optim.lr=1e-4"]
         train(f"{tmp}/{name}-1", args, env={"FP4LAB_TEST_DIGEST_DIR": f"{tmp}/{name}-d1"})
         train(f"{tmp}/{name}-2", args, nproc=2, env={"FP4LAB_TEST_DIGEST_DIR": f"{tmp}/{name}-d2"})
         one = digests(f"{tmp}/{name}-d1", 1)[0]
@@ -321,10 +321,12 @@ def quant(tmp):
             close(a, b, f"{name}: amax, 1 vs 2 processes")
         # Fake-quantized curves agree tightly only until the first rounding flip: a weight or an
         # activation within ~1e-7 of an FP4 rounding boundary moves by a whole FP4 step when the
-        # sums' order changes, and the curves then part (measured with NVFP4 W4A4 at lr 1e-3:
-        # 1e-7 for three steps, 4e-4 at step 4, 2e-2 at step 5; one process is bit-identical at 1
-        # or 2 threads). So: step 1 (same weights, the same reduced amaxes) at RTOL, and the rest
-        # at QUANT_RTOL.
+        # sums' order changes, and the curves then part by an amount that grows with the learning
+        # rate (measured at lr 1e-3: QAD MXFP4 equal to 1e-7 for three steps, then 15% apart in
+        # grad_norm at step 5; at lr 1e-4, the rate used here, QAT NVFP4 and QAD MXFP4 agree to
+        # 1e-7 in loss and grad_norm for all six steps; one process is bit-identical at 1 or 2
+        # threads). So: step 1 (same weights, the same reduced amaxes) at RTOL, and the rest at
+        # QUANT_RTOL (1e-2: room for one late flip, ten times tighter than lr 1e-3 allowed).
         one_rows = log_rows(f"{tmp}/{name}-1", "train")
         two_rows = log_rows(f"{tmp}/{name}-2", "train")
         compare_curves(one_rows[:1], two_rows[:1], name + " step 1")

@@ -27,14 +27,20 @@ struct TempDir : testing::TempDir {
 // the same seed, so it can be its own teacher and reference.
 run::RunConfig config(const std::string& recipe, const std::string& format, int64_t steps,
                       std::vector<std::string> extra = {}) {
-  std::vector<std::string> o = {
-      "model.path=scratch:tiny",  "data.train=builtin:sft",
-      "data.seq_len=64",          "train.batch_size=4",
-      "train.eval_every=5",       "train.eval_batches=2",
-      "train.checkpoint_every=5", "optim.lr=1e-3",
-      "train.threads=1",          "data.validation_max=16",
-      "quant.calib_batches=2",    "recipe.name=" + recipe,
-      "quant.format=" + format,   "train.max_steps=" + std::to_string(steps)};
+  std::vector<std::string> o = {"model.path=scratch:tiny",
+                                "data.train=builtin:sft",
+                                "data.seq_len=64",
+                                "train.batch_size=4",
+                                "train.eval_every=5",
+                                "train.eval_batches=2",
+                                "train.checkpoint_every=5",
+                                "optim.lr=1e-3",
+                                "train.threads=1",
+                                "data.validation_max=16",
+                                "quant.calib_batches=2",
+                                "recipe.name=" + recipe,
+                                "train.max_steps=" + std::to_string(steps)};
+  if (!format.empty()) o.push_back("quant.format=" + format);  // (sft refuses one)
   o.insert(o.end(), extra.begin(), extra.end());
   return run::RunConfig::fromYamlText("", o);
 }
@@ -99,6 +105,38 @@ TEST_CASE("PTQ calibrates, evaluates and saves without training", "[recipes][ptq
   }
   CHECK(fs::exists(o.runDir + "/model/quant_state.json"));
   CHECK(fs::exists(o.runDir + "/model/model.safetensors"));
+}
+
+TEST_CASE("A frozen reference computes as the student: the unquantized model's KL to it is 0",
+          "[recipes][reference]") {
+  TempDir tmp;
+  // A saved model (BF16 safetensors) as its own reference, in BF16 autocast and in fp32: the
+  // reference runs the same arithmetic as the student, so the KL is exactly zero, not the few
+  // thousandths a BF16 residual stream adds.
+  run::RunOptions save;
+  save.runDir = (tmp.path / "saved").string();
+  REQUIRE(run::executeRun(config("sft", "", 2), save).state == RunState::Finished);
+  const std::string model = save.runDir + "/model";
+  for (const char* dtype : {"bf16", "fp32"}) {
+    INFO(dtype);
+    run::RunOptions o;
+    o.runDir = (tmp.path / (std::string("kl-") + dtype)).string();
+    REQUIRE(run::executeRun(config("sft", "", 0,
+                                   {"model.path=" + model, "eval.reference=" + model,
+                                    std::string("model.compute_dtype=") + dtype}),
+                            o)
+                .state == RunState::Finished);
+    const auto rows = evals(o.runDir);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].values[2] == 0.0);
+  }
+  // The same reference against PTQ: what remains is quantization alone.
+  run::RunOptions ptq;
+  ptq.runDir = (tmp.path / "ptq").string();
+  REQUIRE(run::executeRun(
+              config("ptq", "nvfp4", 0, {"model.path=" + model, "eval.reference=" + model}), ptq)
+              .state == RunState::Finished);
+  CHECK(evals(ptq.runDir)[0].values[2] > 0);
 }
 
 TEST_CASE("QAT resumed from a checkpoint reproduces the uninterrupted run", "[recipes][qat]") {
