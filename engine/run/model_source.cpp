@@ -664,7 +664,10 @@ void saveModelBundle(const ModelBundle& bundle, const std::string& dir, torch::D
 std::vector<data::Example> loadExamples(const std::string& source, uint64_t seed) {
   if (source.rfind("builtin:", 0) == 0) {
     std::string name = source.substr(8);
-    size_t count = name == "pretrain" ? 24000 : (name == "sft" ? 4000 : 400);
+    // Fine-tuning data gets thousands of rows (a real model's SFT sees each row a few times at
+    // most); validation-only sources a few hundred.
+    size_t count =
+        name == "pretrain" ? 24000 : (name == "sft" || name == "sft-math-json" ? 4000 : 400);
     return data::builtinDataset(name, seed, count);
   }
   return data::readJsonl(source);
@@ -687,30 +690,46 @@ std::vector<data::Sequence> randomSequences(size_t count, int seqLen, int32_t vo
 }
 }  // namespace
 
+namespace {
+constexpr const char* kHeldOut = "heldout:";
+
+// data.validation=heldout:SOURCE: the rows data.validation_fraction holds out of SOURCE at
+// data.seed, the very rows a run training on SOURCE validates on (so that a run on other data is
+// scored on the same rows).
+std::vector<data::Example> heldOutRows(const RunConfig& config) {
+  const std::string source = config.validationData.substr(std::string(kHeldOut).size());
+  if (source.empty() || source.rfind("random:", 0) == 0 || source.rfind(kHeldOut, 0) == 0)
+    throw Error("data.validation=" + config.validationData + " names no data to hold rows out of",
+                "data.validation", "e.g. data.validation=heldout:builtin:sft");
+  if (config.validationFraction <= 0)
+    throw Error("data.validation=" + config.validationData +
+                    " holds out no rows: data.validation_fraction is 0",
+                "data.validation_fraction", "set it above 0 (e.g. 0.05, the default)");
+  return data::splitValidation(loadExamples(source, config.dataSeed), config.validationFraction,
+                               config.dataSeed)
+      .validation;
+}
+}  // namespace
+
 DataBundle loadTrainingData(const RunConfig& config, const ModelBundle& bundle) {
-  if (config.trainData == "random:tokens") {
-    // Random training tokens; validation still needs real text (data.validation).
-    if (config.validationData.empty())
-      throw Error("data.train=random:tokens needs data.validation", "data.validation",
-                  "e.g. data.validation=builtin:tasks-val");
-    RunConfig real = config;
-    real.trainData = config.validationData;
-    real.validationData.clear();
-    real.validationFraction = 0;
-    DataBundle d;
-    d.validation = loadTrainingData(real, bundle).train;
-    if (int64_t(d.validation.size()) > config.validationMax)
-      d.validation.resize(size_t(config.validationMax));
-    d.train = randomSequences(4096, config.seqLen, int32_t(bundle.model->config().vocabSize),
-                              config.dataSeed);
-    d.trainSequences = d.train.size();
-    return d;
-  }
-  if (config.trainData.rfind("random:", 0) == 0)
+  const bool randomTokens = config.trainData == "random:tokens";
+  if (!randomTokens && config.trainData.rfind("random:", 0) == 0)
     throw Error("unknown data source '" + config.trainData + "'", "data.train",
                 "random:tokens is the only random source");
-  std::vector<data::Example> train = loadExamples(config.trainData, config.dataSeed), validation;
-  if (!config.validationData.empty()) {
+  // Random training tokens; validation still needs real text (data.validation).
+  if (randomTokens && config.validationData.empty())
+    throw Error("data.train=random:tokens needs data.validation", "data.validation",
+                "e.g. data.validation=builtin:tasks-val or heldout:builtin:sft");
+  std::vector<data::Example> train, validation;
+  if (!randomTokens) train = loadExamples(config.trainData, config.dataSeed);
+  // Random tokens validate on every row of data.validation, cut after packing.
+  bool cutSequences = false;
+  if (config.validationData.rfind(kHeldOut, 0) == 0) {
+    validation = heldOutRows(config);
+  } else if (randomTokens) {
+    validation = loadExamples(config.validationData, config.dataSeed);
+    cutSequences = true;
+  } else if (!config.validationData.empty()) {
     validation = loadExamples(config.validationData, config.dataSeed + 1);
   } else if (config.validationFraction > 0) {
     data::Split split =
@@ -718,7 +737,7 @@ DataBundle loadTrainingData(const RunConfig& config, const ModelBundle& bundle) 
     train = std::move(split.train);
     validation = std::move(split.validation);
   }
-  if (int64_t(validation.size()) > config.validationMax)
+  if (!cutSequences && int64_t(validation.size()) > config.validationMax)
     validation.resize(size_t(config.validationMax));
 
   auto tokenize = [&](const std::vector<data::Example>& examples) {
@@ -730,8 +749,13 @@ DataBundle loadTrainingData(const RunConfig& config, const ModelBundle& bundle) 
     pad = tokenizer.padId().value_or(tokenizer.eosId().value_or(0));
   }
   DataBundle d;
-  d.train = data::packSequences(tokenize(train), config.seqLen, pad, config.pack);
+  d.train = randomTokens
+                ? randomSequences(4096, config.seqLen, int32_t(bundle.model->config().vocabSize),
+                                  config.dataSeed)
+                : data::packSequences(tokenize(train), config.seqLen, pad, config.pack);
   d.validation = data::packSequences(tokenize(validation), config.seqLen, pad, config.pack);
+  if (cutSequences && int64_t(d.validation.size()) > config.validationMax)
+    d.validation.resize(size_t(config.validationMax));
   d.trainSequences = d.train.size();
   return d;
 }

@@ -69,15 +69,15 @@ const std::vector<Binding>& table() {
       bind(&C::computeDtype, choice("model.compute_dtype", {"bf16", "fp32"},
                                     "bf16: autocast to bfloat16 with fp32 master weights; fp32")),
       bind(&C::trainData,
-           path(text(
-               "data.train",
-               "a JSONL file or builtin:pretrain, builtin:sft, builtin:tasks-val, "
-               "builtin:sft-math-json, or random:tokens (uniformly random token ids, every "
-               "position scored; needs data.validation)"))),
+           path(text("data.train",
+                     "a JSONL file or builtin:pretrain, builtin:sft, builtin:tasks-val, "
+                     "builtin:sft-math-json, or random:tokens (uniformly random token ids, every "
+                     "position scored; needs data.validation)"))),
       bind(&C::validationData,
            path(text("data.validation",
-                     "a JSONL file; without one, data.validation_fraction of the "
-                     "training rows are held out"))),
+                     "a JSONL file, a builtin: source, or heldout:SOURCE (the rows a run "
+                     "training on SOURCE holds out, e.g. heldout:builtin:sft); without one, "
+                     "data.validation_fraction of the training rows are held out"))),
       bind(&C::validationFraction, real("data.validation_fraction", 0, 1,
                                         "the fraction of the training rows held out for validation "
                                         "when data.validation is empty",

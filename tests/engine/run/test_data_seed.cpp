@@ -77,3 +77,34 @@ TEST_CASE("Task items follow data.seed, not run.seed", "[run][seed]") {
   CHECK(a == b);
   CHECK(a != c);
 }
+
+TEST_CASE("data.validation=heldout:SOURCE scores other data on the rows SOURCE holds out",
+          "[run][seed][data]") {
+  const run::ModelBundle model = run::loadModelBundle("scratch:tiny", torch::kFloat32);
+  const run::DataBundle inDomain = run::loadTrainingData(config({}), model);
+  REQUIRE(inDomain.validation.size() > 1);
+  const run::DataBundle other = run::loadTrainingData(
+      config({"data.train=builtin:pretrain", "data.validation=heldout:builtin:sft"}), model);
+  const run::DataBundle random = run::loadTrainingData(
+      config({"data.train=random:tokens", "data.validation=heldout:builtin:sft"}), model);
+  CHECK(ids(other.validation) == ids(inDomain.validation));
+  CHECK(ids(random.validation) == ids(inDomain.validation));
+  CHECK(ids(other.train) != ids(inDomain.train));
+  // Another data.seed holds out other rows, as it does for the in-domain run.
+  const run::DataBundle otherSeed =
+      run::loadTrainingData(config({"data.train=builtin:pretrain",
+                                    "data.validation=heldout:builtin:sft", "data.seed=99"}),
+                            model);
+  CHECK(ids(otherSeed.validation) ==
+        ids(run::loadTrainingData(config({"data.seed=99"}), model).validation));
+  CHECK(ids(otherSeed.validation) != ids(inDomain.validation));
+  // Sources it cannot hold rows out of, and no rows to hold out, are refused by key.
+  for (const char* bad : {"data.validation=heldout:", "data.validation=heldout:random:tokens"})
+    CHECK_THROWS_WITH(
+        run::loadTrainingData(config({bad}), model),
+        Catch::Contains("names no data to hold rows out of") && Catch::Contains("data.validation"));
+  CHECK_THROWS_WITH(
+      run::loadTrainingData(
+          config({"data.validation=heldout:builtin:sft", "data.validation_fraction=0"}), model),
+      Catch::Contains("holds out no rows") && Catch::Contains("data.validation_fraction"));
+}
