@@ -41,11 +41,12 @@ std::string plotsSection(const run::ExperimentResult& result, const std::string&
 #endif
 
 int runExperiment(const std::vector<std::string>& argv) {
-  Args args("experiment", argv, {"config", "output-dir"},
+  Args args("experiment", argv, {"config", "output-dir", "preset"},
             {"quick", "w4a16", "help", "dry-run", "rerun-changed", "reuse-changed", "list-keys"});
   const char* usage =
-      "fp4lab experiment [--quick] [--w4a16] [--config FILE.yaml] [--output-dir DIR]\n"
-      "                  [--dry-run] [--rerun-changed | --reuse-changed] [key=value ...]";
+      "fp4lab experiment [--preset NAME | --quick] [--w4a16] [--config FILE.yaml]\n"
+      "                  [--output-dir DIR] [--dry-run] [--rerun-changed | --reuse-changed]\n"
+      "                  [key=value ...]";
   if (args.has("help")) {
     std::printf(
         "usage: %s\n\n"
@@ -57,7 +58,11 @@ int runExperiment(const std::vector<std::string>& argv) {
         "now and resumes unfinished ones; a finished run that ran another configuration stops the\n"
         "experiment before anything runs, unless --rerun-changed (move it to DIR/replaced/ and\n"
         "run it again) or --reuse-changed (report it as it ran). --dry-run prints what would run.\n"
-        "--quick is the small variant the tests use. Keys (YAML or key=value; --list-keys prints\n"
+        "--preset names a starting point: tiny (the default), tiny-quick (= --quick, the small\n"
+        "variant the tests use), smollm2 (SmolLM2-135M-Instruct on math_in_language and\n"
+        "json_answer, with QAT and QAD on off-domain data and QAD on random tokens; hours on two\n"
+        "cores) and smollm2-quick (the same runs, small: under 30 minutes); the config file and\n"
+        "key=value override it. Keys (YAML or key=value; --list-keys prints\n"
         "them all): sft_steps, sft_lr, qat_steps, qat_lr, qad_steps, qad_lr, batch_size, seq_len,\n"
         "task_items, formats, threads, seed, data_seed, ... repeats=3 runs PTQ, QAT and QAD at\n"
         "three run seeds and reports their means and spread (one seed's gap recovered moves by\n"
@@ -77,8 +82,13 @@ int runExperiment(const std::vector<std::string>& argv) {
   }
   if (args.has("rerun-changed") && args.has("reuse-changed"))
     throw Error("--rerun-changed and --reuse-changed are alternatives", "fp4lab experiment");
-  run::ExperimentConfig config =
-      args.has("quick") ? run::ExperimentConfig::quick() : run::ExperimentConfig();
+  if (args.has("quick") && args.has("preset"))
+    throw Error("--quick and --preset are alternatives (--quick is --preset tiny-quick)",
+                "fp4lab experiment");
+  run::ExperimentConfig config = args.has("quick") ? run::ExperimentConfig::quick()
+                                 : args.has("preset")
+                                     ? run::ExperimentConfig::preset(args.get("preset", ""))
+                                     : run::ExperimentConfig();
   if (args.has("config")) config.applyYamlFile(args.get("config", ""));
   for (const auto& p : args.positionals()) {
     if (p.find('=') == std::string::npos)

@@ -85,19 +85,17 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
   std::string tasks;
   for (const auto& t : splitList(config.tasks)) tasks += (tasks.empty() ? "" : ",") + t;
   auto common = [&](const std::string& name) {
-    return std::vector<std::string>{
-        "run.name=" + name,
-        "data.seed=" + std::to_string(config.dataSeed),
-        "data.train=" + config.trainData,
-        "data.seq_len=" + std::to_string(config.seqLen),
-        "train.batch_size=" + std::to_string(config.batchSize),
-        "train.threads=" + std::to_string(config.threads),
-        "train.eval_every=" + std::to_string(config.evalEvery),
-        "train.eval_batches=" + std::to_string(config.evalBatches),
-        "train.keep_checkpoints=1",
-        "eval.tasks=" + tasks,
-        "eval.task_items=" + std::to_string(config.taskItems),
-        "quant.activations=" + std::string(config.activations ? "true" : "false")};
+    return std::vector<std::string>{"run.name=" + name,
+                                    "data.seed=" + std::to_string(config.dataSeed),
+                                    "data.train=" + config.trainData,
+                                    "data.seq_len=" + std::to_string(config.seqLen),
+                                    "train.batch_size=" + std::to_string(config.batchSize),
+                                    "train.threads=" + std::to_string(config.threads),
+                                    "train.eval_every=" + std::to_string(config.evalEvery),
+                                    "train.eval_batches=" + std::to_string(config.evalBatches),
+                                    "train.keep_checkpoints=1",
+                                    "eval.tasks=" + tasks,
+                                    "eval.task_items=" + std::to_string(config.taskItems)};
   };
   const std::string sftModel = (fs::path(dir) / "sft" / "model").string();
   std::vector<Step> steps;
@@ -108,11 +106,17 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
     r.seed = config.seed + uint64_t(repeat);
     const std::string name = repeat == 0 ? group : group + "-seed" + std::to_string(r.seed);
     r.name = name, r.group = group, r.recipe = recipe, r.format = format, r.from = from;
+    r.data = "sft";
     r.runDir = (fs::path(dir) / name).string();
     std::vector<std::string> all = common(name);
     all.push_back("run.seed=" + std::to_string(r.seed));
     all.push_back("recipe.name=" + recipe);
-    if (format != "bf16") all.push_back("quant.format=" + format);
+    // Only the quantizing runs take the activations key: SFT and the base model's evaluation are
+    // the same runs in a W4A4 and a W4A16 experiment.
+    if (format != "bf16") {
+      all.push_back("quant.format=" + format);
+      all.push_back("quant.activations=" + std::string(config.activations ? "true" : "false"));
+    }
     all.insert(all.end(), overrides.begin(), overrides.end());
     s.config = RunConfig::fromYamlText("", all, "experiment run " + name);
     // Errors found later (a sequence longer than the model's context, ...) name the experiment's
@@ -144,11 +148,11 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
   add("base", "sft", "bf16", "base",
       {"model.path=" + config.baseModel, stepCount(0), "eval.reference=" + sftModel});
   const std::vector<std::string> formats = splitList(config.formats);
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"model.path=" + sftModel, "eval.reference=" + sftModel});
+    return extra;
+  };
   auto fromSft = [&](int repeat) {
-    auto with = [&](std::vector<std::string> extra) {
-      extra.insert(extra.begin(), {"model.path=" + sftModel, "eval.reference=" + sftModel});
-      return extra;
-    };
     for (const auto& f : formats) {
       add("ptq-" + f, "ptq", f, "sft", with({}), repeat);
       add("qat-" + f, "qat", f, "sft", with({stepCount(config.qatSteps), lr(config.qatLr)}),
@@ -164,6 +168,26 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
   add("qat-from-base-" + config.baseQatFormat, "qat", config.baseQatFormat, "base",
       {"model.path=" + config.baseModel, "eval.reference=" + sftModel, stepCount(baseSteps),
        lr(config.sftLr)});
+  // Other data than the SFT data, scored on the SFT data's validation rows.
+  const std::string f = config.offdomainFormat;
+  auto otherData = [&](const std::string& name, const std::string& recipe, const std::string& data,
+                       const std::string& kind, std::vector<std::string> extra) {
+    extra.insert(extra.begin(),
+                 {"data.train=" + data, "data.validation=heldout:" + config.trainData});
+    add(name, recipe, f, "sft", with(std::move(extra)));
+    steps.back().run.data = kind;
+    steps.back().config.origins["data.train"] =
+        "experiment key '" + std::string(kind == "random" ? "random_tokens" : "offdomain_data") +
+        "' (run " + name + ")";
+  };
+  const std::vector<std::string> qat = {stepCount(config.qatSteps), lr(config.qatLr)};
+  const std::vector<std::string> qad = {stepCount(config.qadSteps), lr(config.qadLr),
+                                        "recipe.teacher=" + sftModel};
+  if (!config.offdomainData.empty()) {
+    otherData("qat-" + f + "-offdomain", "qat", config.offdomainData, "offdomain", qat);
+    otherData("qad-" + f + "-offdomain", "qad", config.offdomainData, "offdomain", qad);
+  }
+  if (config.randomTokens) otherData("qad-" + f + "-random", "qad", "random:tokens", "random", qad);
   // The repeats last, so that one pass of every comparison is in the report early.
   for (int k = 1; k < config.repeats; ++k) fromSft(k);
   return steps;

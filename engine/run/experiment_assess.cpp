@@ -131,8 +131,11 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config,
   const ExperimentRun* sft = find("sft");
   // The published base model's rates (gpt-oss-20b before fine-tuning, recipes.md): the base is
   // "low" when it does no better on either task. A rate that was not measured meets nothing.
+  // The real model's tasks stand for them (user guide, "Tasks for a real model").
   const std::map<std::string, double> publishedBase = {{"reasoning_language", 0.16},
-                                                       {"false_refusal", 0.30}};
+                                                       {"false_refusal", 0.30},
+                                                       {"math_in_language", 0.16},
+                                                       {"json_answer", 0.30}};
   if (const ExperimentRun* base = find("base")) {
     bool low = true;
     for (const auto& t : tasks) {
@@ -150,8 +153,17 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config,
       goal("PTQ " + f + " visibly below SFT (mean pass rate at least 5 points lower)",
            rates(*ptq) + " vs " + rates(*sft) + seeds(ptq->name),
            meanRate(*ptq) <= meanRate(*sft) - 0.05 + tolerance);
-    for (const ExperimentRun* r : {qat, qad})
+    for (const ExperimentRun* r : {qat, qad}) {
       if (r) goal(r->name + " >= 95% on both tasks", rates(*r) + seeds(r->name), atLeast95(*r));
+      if (r && sft) {
+        bool close = true;
+        for (const auto& t : tasks)
+          close = close && r->passRate.count(t) && sft->passRate.count(t) &&
+                  r->passRate.at(t) >= sft->passRate.at(t) - 0.02 - tolerance;
+        goal(r->name + " within 2 points of SFT on each task",
+             rates(*r) + " vs " + rates(*sft) + seeds(r->name), close);
+      }
+    }
     if (qad) {
       const double need = f == "nvfp4" ? 0.9 : 0.8;
       goal("QAD " + f + " recovers >= " + percent(need) + " of the PTQ validation-loss gap",
@@ -172,6 +184,19 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config,
            fixed(nv->valLoss, 4) + " vs " + fixed(mx->valLoss, 4) + seeds(nv->name),
            nv->valLoss < mx->valLoss);
   }
+  // The QAD report's robustness setting: on other data QAT learns that data and drifts from the
+  // SFT model, QAD keeps matching it.
+  const std::string of = config.offdomainFormat;
+  const ExperimentRun *qatOff = find("qat-" + of + "-offdomain"),
+                      *qadOff = find("qad-" + of + "-offdomain");
+  if (qatOff && qadOff)
+    goal("off-domain data (" + config.offdomainData + "): QAT " + of + " KL to SFT >= 10x QAD's",
+         fixed(qatOff->valKl, 5) + " vs " + fixed(qadOff->valKl, 5) + " (" +
+             fixed(qatOff->valKl / qadOff->valKl, 1) + "x)",
+         qatOff->valKl >= 10 * qadOff->valKl);
+  if (const ExperimentRun* random = find("qad-" + of + "-random"))
+    goal("QAD " + of + " on random tokens recovers most (>= 50%) of the PTQ validation-loss gap",
+         percent(random->gapRecovered), random->gapRecovered >= 0.5);
   const ExperimentRun* fromBase = find("qat-from-base-" + config.baseQatFormat);
   const ExperimentRun* sftQat = find("qat-" + config.baseQatFormat);
   if (fromBase && sftQat)
@@ -182,11 +207,12 @@ void assessExperiment(ExperimentResult& result, const ExperimentConfig& config,
 
   // The report.
   std::ostringstream csv;
-  csv << "run,recipe,format,from,seed";
+  csv << "run,recipe,format,from,data,seed";
   for (const auto& t : tasks) csv << ",pass_rate_" << t;
   csv << ",val_loss,val_kl_to_sft,gap_recovered,steps,tokens,seconds,run_dir\n";
   for (const auto& r : result.runs) {
-    csv << r.name << "," << r.recipe << "," << r.format << "," << r.from << "," << r.seed;
+    csv << r.name << "," << r.recipe << "," << r.format << "," << r.from << "," << r.data << ","
+        << r.seed;
     for (const auto& t : tasks) csv << "," << fixed(r.passRate.at(t), 4);
     csv << "," << fixed(r.valLoss, 6) << "," << fixed(r.valKl, 6) << "," << fixed(r.gapRecovered, 4)
         << "," << r.steps << "," << r.tokens << "," << fixed(r.seconds, 1) << "," << r.runDir

@@ -63,6 +63,15 @@ const std::vector<Binding>& table() {
       bind(&C::baseQatSteps,
            integer("base_qat_steps", -1, 1e9,
                    "steps of the QAT-from-base run (-1: sft_steps + qat_steps, the same budget)")),
+      bind(&C::offdomainData,
+           text("offdomain_data",
+                "QAT and QAD from the SFT model also on this other data (e.g. builtin:pretrain), "
+                "scored on the SFT data's validation rows (empty: not run)")),
+      bind(&C::randomTokens,
+           keys::boolean("random_tokens",
+                         "true: QAD from the SFT model also on uniformly random tokens")),
+      bind(&C::offdomainFormat, keys::choice("offdomain_format", {"mxfp4", "nvfp4"},
+                                             "the format of the off-domain and random-token runs")),
       bind(&C::repeats, integer("repeats", 1, 100,
                                 "PTQ, QAT and QAD at this many run seeds (seed, seed + 1, ...), "
                                 "reported as mean and spread")),
@@ -92,6 +101,56 @@ ExperimentConfig ExperimentConfig::quick() {
   return c;
 }
 
+std::vector<std::string> ExperimentConfig::presetNames() {
+  return {"tiny", "tiny-quick", "smollm2", "smollm2-quick"};
+}
+
+// SmolLM2-135M-Instruct: an SFT learning rate a tenth of the tiny model's (a pretrained model
+// fine-tuned, not trained), and the off-domain runs the tiny model cannot show.
+ExperimentConfig ExperimentConfig::preset(const std::string& name) {
+  if (name == "tiny") return ExperimentConfig();
+  if (name == "tiny-quick") return quick();
+  ExperimentConfig c;
+  c.baseModel = "builtin:smollm2-135m";
+  c.trainData = "builtin:sft-math-json";
+  c.tasks = "math_in_language,json_answer";
+  c.offdomainData = "builtin:pretrain";
+  c.randomTokens = true;
+  c.sftLr = 1e-4;
+  if (name == "smollm2") {
+    c.batchSize = 8;
+    c.seqLen = 256;
+    c.sftSteps = 200;
+    c.qatSteps = 60;
+    c.qadSteps = 60;
+    c.qatLr = 5e-5;
+    c.qadLr = 5e-5;
+    c.evalEvery = 50;
+    c.evalBatches = 8;
+    c.taskItems = 100;
+    return c;
+  }
+  // Under 30 minutes on two cores (docs/results.md). W4A4 costs this model far more than the tiny
+  // one, so its few QAT and QAD steps take SFT's learning rate: at 1e-5, 10 steps barely moved.
+  if (name == "smollm2-quick") {
+    c.batchSize = 4;
+    c.seqLen = 256;
+    c.sftSteps = 40;
+    c.qatSteps = 8;
+    c.qadSteps = 8;
+    c.qatLr = 1e-4;
+    c.qadLr = 1e-4;
+    c.baseQatSteps = 12;
+    c.evalEvery = 0;
+    c.evalBatches = 4;
+    c.taskItems = 10;
+    return c;
+  }
+  std::string names;
+  for (const auto& n : presetNames()) names += (names.empty() ? "" : ", ") + n;
+  throw Error("unknown experiment preset '" + name + "'", "--preset", "the presets are " + names);
+}
+
 void ExperimentConfig::applyOverride(const std::string& assignment) {
   keys::applyOverride(*this, table(), assignment, "fp4lab experiment", "experiment key", kKeysHint,
                       "qat_steps=200");
@@ -117,6 +176,15 @@ void ExperimentConfig::validate() const {
     if (f != "mxfp4" && f != "nvfp4")
       throw Error("'formats' names an unknown format '" + f + "'", where("formats"),
                   "use mxfp4, nvfp4 or both (formats=mxfp4,nvfp4)");
+  if (offdomainData.rfind("random:", 0) == 0)
+    throw Error("'offdomain_data' names random tokens", where("offdomain_data"),
+                "random tokens have their own key: random_tokens=true");
+  if (!offdomainData.empty() && offdomainData == trainData)
+    throw Error("'offdomain_data' is the SFT data itself (" + trainData + ")",
+                where("offdomain_data"), "name other data, e.g. offdomain_data=builtin:pretrain");
+  if (trainData.rfind("random:", 0) == 0)
+    throw Error("'train_data' cannot be random tokens: the SFT model learns the tasks from it",
+                where("train_data"), "e.g. train_data=builtin:sft");
   const std::vector<std::string> taskList = splitList(tasks);
   if (taskList.empty())
     throw Error("'tasks' names no task", where("tasks"), "e.g. tasks=reasoning_language");

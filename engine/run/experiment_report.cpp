@@ -30,13 +30,18 @@ std::string markdownReport(const ExperimentResult& result, const ExperimentConfi
      << " of every linear layer in the transformer blocks; "
         "lm_head and embeddings stay BF16). Pass rates: greedy generation on "
      << config.taskItems << " held-out items per task.\n\n";
-  md << "## Runs\n\n| run | recipe | format | from |";
+  md << "## Runs\n\n| run | recipe | format | from | data |";
   for (const auto& t : tasks) md << " " << t << " |";
-  md << " val loss | KL to SFT | gap recovered | steps | tokens | time (s) |\n|---|---|---|---|";
+  md << " val loss | KL to SFT | gap recovered | steps | tokens | time (s) "
+        "|\n|---|---|---|---|---|";
   for (size_t i = 0; i < tasks.size(); ++i) md << "---|";
   md << "---|---|---|---|---|---|\n";
   for (const auto& r : result.runs) {
-    md << "| " << r.name << " | " << r.recipe << " | " << r.format << " | " << r.from << " |";
+    const std::string data = r.data == "offdomain" ? config.offdomainData
+                             : r.data == "random"  ? std::string("random tokens")
+                                                   : std::string("SFT data");
+    md << "| " << r.name << " | " << r.recipe << " | " << r.format << " | " << r.from << " | "
+       << data << " |";
     for (const auto& t : tasks) md << " " << percent(r.passRate.at(t)) << " |";
     md << " " << fixed(r.valLoss, 4) << " | " << fixed(r.valKl, 5) << " | "
        << (std::isfinite(r.gapRecovered) ? percent(r.gapRecovered) : "") << " | " << r.steps
@@ -44,7 +49,8 @@ std::string markdownReport(const ExperimentResult& result, const ExperimentConfi
        << " |\n";
   }
   md << "\nGap recovered = (PTQ - X) / (PTQ - SFT) on validation loss, against the same format's "
-        "PTQ run at the same seed.\n\n";
+        "PTQ run at the same seed. Every run is scored on the SFT data's validation rows, also "
+        "those trained on other data.\n\n";
   if (config.repeats > 1) {
     md << "## Across seeds\n\nThe runs from the SFT model at " << config.repeats << " run seeds ("
        << config.seed << " to " << config.seed + uint64_t(config.repeats) - 1

@@ -92,7 +92,7 @@ TEST_CASE("Repeated runs: gap against the same seed's PTQ, goals on the means",
   // PTQ's mean (89%) is 7 points below SFT's (96%).
   CHECK(goal("PTQ nvfp4 visibly below").met);
 
-  CHECK(result.reportCsv.find("\nqad-nvfp4-seed1235,qad,nvfp4,sft,1235,") != std::string::npos);
+  CHECK(result.reportCsv.find("\nqad-nvfp4-seed1235,qad,nvfp4,sft,sft,1235,") != std::string::npos);
 }
 
 TEST_CASE("A pass rate exactly at a goal meets it, as logged (float32) and as a mean",
@@ -231,4 +231,118 @@ TEST_CASE("The experiment's tasks key: checked, and the report grades those task
   CHECK(result.reportCsv.find("math_in_language") != std::string::npos);
   CHECK(result.reportCsv.find("reasoning_language") == std::string::npos);
   CHECK(result.reportMarkdown.find("63.0%") != std::string::npos);
+}
+
+TEST_CASE("Presets: named starting points that keys override; unknown names refused",
+          "[run][experiment]") {
+  CHECK(run::ExperimentConfig::preset("tiny").toYaml() == run::ExperimentConfig().toYaml());
+  CHECK(run::ExperimentConfig::preset("tiny-quick").toYaml() ==
+        run::ExperimentConfig::quick().toYaml());
+  for (const char* name : {"smollm2", "smollm2-quick"}) {
+    INFO(name);
+    run::ExperimentConfig c = run::ExperimentConfig::preset(name);
+    CHECK(c.baseModel == "builtin:smollm2-135m");
+    CHECK(c.trainData == "builtin:sft-math-json");
+    CHECK(c.tasks == "math_in_language,json_answer");
+    CHECK(c.offdomainData == "builtin:pretrain");
+    CHECK(c.randomTokens);
+    CHECK_NOTHROW(c.validate());
+    c.applyOverride("sft_steps=7");
+    CHECK(c.sftSteps == 7);
+    CHECK(c.baseModel == "builtin:smollm2-135m");  // the rest of the preset stays
+  }
+  // The quick variant is smaller in every size that costs time.
+  const auto full = run::ExperimentConfig::preset("smollm2"),
+             quick = run::ExperimentConfig::preset("smollm2-quick");
+  CHECK(quick.sftSteps < full.sftSteps);
+  CHECK(quick.batchSize * quick.seqLen < full.batchSize * full.seqLen);
+  CHECK(quick.taskItems < full.taskItems);
+  CHECK_THROWS_WITH(
+      run::ExperimentConfig::preset("smollm"),
+      Catch::Contains("unknown experiment preset 'smollm'") && Catch::Contains("smollm2-quick"));
+}
+
+TEST_CASE("Off-domain and random-token runs: planned from the SFT model, scored on its rows",
+          "[run][experiment]") {
+  run::ExperimentConfig config = run::ExperimentConfig::quick();
+  run::ExperimentOptions options;
+  options.dir = "/nonexistent/fp4lab-experiment-plan";
+  auto names = [&] {
+    std::vector<std::string> out;
+    for (const auto& p : run::planExperiment(config, options)) out.push_back(p.name);
+    return out;
+  };
+  const std::vector<std::string> without = names();
+  CHECK(std::none_of(without.begin(), without.end(), [](const std::string& n) {
+    return n.find("offdomain") != std::string::npos || n.find("random") != std::string::npos;
+  }));
+  config.applyOverride("offdomain_data=builtin:pretrain");
+  config.applyOverride("random_tokens=true");
+  const std::vector<std::string> with = names();
+  CHECK(with.size() == without.size() + 3);
+  for (const char* n : {"qat-nvfp4-offdomain", "qad-nvfp4-offdomain", "qad-nvfp4-random"})
+    CHECK(std::find(with.begin(), with.end(), n) != with.end());
+  config.applyOverride("offdomain_format=mxfp4");
+  const std::vector<std::string> mx = names();
+  CHECK(std::find(mx.begin(), mx.end(), "qad-mxfp4-random") != mx.end());
+
+  // What is refused, by key.
+  for (const char* bad : {"offdomain_data=random:tokens", "offdomain_data=builtin:sft"}) {
+    run::ExperimentConfig c = run::ExperimentConfig::quick();
+    c.applyOverride(bad);
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("'offdomain_data'"));
+  }
+  run::ExperimentConfig c = run::ExperimentConfig::quick();
+  c.applyOverride("train_data=random:tokens");
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("'train_data' cannot be random tokens"));
+}
+
+TEST_CASE("Off-domain goals: QAT's KL at least 10x QAD's; QAD on random tokens recovers the gap",
+          "[run][experiment]") {
+  run::ExperimentConfig config = run::ExperimentConfig::preset("smollm2-quick");
+  config.formats = "nvfp4";
+  config.tasks = "math_in_language,json_answer";
+  auto assess = [&](double qatKl, double qadKl, double randomLoss) {
+    run::ExperimentResult result;
+    result.runs = {made("sft", "sft", 1234, 1.0, 0.9), made("ptq-nvfp4", "ptq", 1234, 1.2, 0.8)};
+    run::ExperimentRun qat = made("qat-nvfp4-offdomain", "qat", 1234, 1.3, 0.5);
+    qat.data = "offdomain", qat.valKl = qatKl;
+    run::ExperimentRun qad = made("qad-nvfp4-offdomain", "qad", 1234, 1.05, 0.9);
+    qad.data = "offdomain", qad.valKl = qadKl;
+    run::ExperimentRun random = made("qad-nvfp4-random", "qad", 1234, randomLoss, 0.85);
+    random.data = "random";
+    result.runs.insert(result.runs.end(), {qat, qad, random});
+    run::assessExperiment(result, config);
+    return result;
+  };
+  const run::ExperimentResult met = assess(0.10, 0.01, 1.09);
+  CHECK(goalStarting(met, "off-domain data (builtin:pretrain): QAT nvfp4 KL to SFT >= 10x").met);
+  CHECK(goalStarting(met, "QAD nvfp4 on random tokens recovers most").met);  // 55%
+  CHECK(goalStarting(met, "QAD nvfp4 on random tokens").measured == "55%");
+  // Each run's gap is against the PTQ run (both scored on the SFT data's rows).
+  CHECK(met.runs[3].gapRecovered == Approx(0.75));
+  const run::ExperimentResult missed = assess(0.099, 0.01, 1.11);
+  CHECK_FALSE(goalStarting(missed, "off-domain data").met);
+  CHECK_FALSE(goalStarting(missed, "QAD nvfp4 on random tokens").met);  // 45%
+  // The report names each run's data; the CSV has it in its own column.
+  CHECK(met.reportMarkdown.find("| qat-nvfp4-offdomain | qat | nvfp4 | sft | builtin:pretrain |") !=
+        std::string::npos);
+  CHECK(met.reportMarkdown.find("| qad-nvfp4-random | qad | nvfp4 | sft | random tokens |") !=
+        std::string::npos);
+  CHECK(met.reportCsv.find("qad-nvfp4-random,qad,nvfp4,sft,random,1234,") != std::string::npos);
+}
+
+TEST_CASE("QAT and QAD within 2 points of SFT on each task", "[run][experiment]") {
+  run::ExperimentConfig config;
+  config.formats = "nvfp4";
+  auto within = [&](double qatRate) {
+    run::ExperimentResult result;
+    result.runs = {made("sft", "sft", 1234, 1.0, 0.90), made("ptq-nvfp4", "ptq", 1234, 1.2, 0.8),
+                   made("qat-nvfp4", "qat", 1234, 1.1, qatRate)};
+    run::assessExperiment(result, config);
+    return goalStarting(result, "qat-nvfp4 within 2 points of SFT").met;
+  };
+  CHECK(within(0.90));
+  CHECK(within(0.88));  // exactly 2 points
+  CHECK_FALSE(within(0.87));
 }

@@ -44,9 +44,21 @@ struct ExperimentConfig {
   // data seed stays), so that the report can give each comparison's mean and spread: at this
   // scale one run's gap recovered moves by tens of points with the seed (docs/results.md).
   int repeats = 1;
+  // The QAD report's robustness setting: QAT and QAD from the SFT model on other data than the
+  // SFT data (empty: not run), and QAD on uniformly random tokens, in one format. They are scored
+  // on the SFT data's own validation rows (data.validation=heldout:<train_data>), so their KL to
+  // the SFT model says how far each recipe drifts from the model it started from.
+  std::string offdomainData;
+  bool randomTokens = false;
+  std::string offdomainFormat = "nvfp4";
 
   // The --quick variant the tests use (a few minutes on two cores): fewer steps and items.
   static ExperimentConfig quick();
+  // A named starting point (keys given after it override it): tiny (the default), tiny-quick
+  // (= quick()), smollm2 (SmolLM2-135M-Instruct on its two tasks, with the off-domain runs: hours
+  // on two cores) and smollm2-quick (the same runs, small; under 30 minutes). Unknown names throw.
+  static ExperimentConfig preset(const std::string& name);
+  static std::vector<std::string> presetNames();
   // YAML (flat keys, e.g. `sft_steps: 200`) then key=value overrides; unknown keys, wrong types
   // and values out of bounds are errors naming the key, file:line and the closest known key.
   void applyYamlFile(const std::string& path);
@@ -60,13 +72,14 @@ struct ExperimentConfig {
 };
 
 struct ExperimentRun {
-  std::string name;    // base, sft, ptq-mxfp4, qat-nvfp4, qad-nvfp4, qat-from-base-mxfp4, ...
-                       // and for repeats qat-nvfp4-seed1235, ...
-  std::string group;   // the name without the seed suffix
-  uint64_t seed = 0;   // run.seed
-  std::string recipe;  // sft, ptq, qat, qad
-  std::string format;  // bf16, mxfp4, nvfp4
-  std::string from;    // base or sft
+  std::string name;          // base, sft, ptq-mxfp4, qat-nvfp4, qad-nvfp4, qat-from-base-mxfp4, ...
+                             // and for repeats qat-nvfp4-seed1235, ...
+  std::string group;         // the name without the seed suffix
+  uint64_t seed = 0;         // run.seed
+  std::string recipe;        // sft, ptq, qat, qad
+  std::string format;        // bf16, mxfp4, nvfp4
+  std::string from;          // base or sft
+  std::string data = "sft";  // what it trained on: the SFT data ("sft"), "offdomain" or "random"
   std::string runDir, state;
   std::map<std::string, double> passRate;  // task -> pass rate (NaN: not measured)
   double valLoss = NAN, valKl = NAN, gapRecovered = NAN, seconds = NAN;
