@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -86,8 +87,15 @@ int main(int argc, char** argv) {
       rows.push_back(&sequences[size_t(i * batch + b) % sequences.size()]);
     return train::makeBatch(rows, seq, torch::kCPU);
   };
+  // The teacher as a run loads it (run/runner.cpp): fp32, its matrix weights held in BF16.
+  // FP4LAB_BENCH_TEACHER=bf16: the whole teacher in BF16 (fp4lab before the fifteenth session),
+  // for the comparison in docs/performance.md.
+  const char* teacherMode = std::getenv("FP4LAB_BENCH_TEACHER");
+  const bool bf16Teacher = teacherMode && std::string(teacherMode) == "bf16";
   context.loadFrozenModel = [&](const std::string&) {
-    model::CausalLM teacher = model::copyCausalLM(m, torch::TensorOptions(torch::kBFloat16));
+    model::CausalLM teacher = model::copyCausalLM(
+        m, torch::TensorOptions(bf16Teacher ? torch::kBFloat16 : torch::kFloat32));
+    if (!bf16Teacher) model::holdMatrixWeightsInBf16(teacher);
     for (auto& p : teacher->parameters()) p.set_requires_grad(false);
     teacher->eval();
     return teacher;
@@ -125,6 +133,9 @@ int main(int argc, char** argv) {
   nlohmann::json out = {{"impl", "fp4lab-cpp"},
                         {"recipe", recipeName},
                         {"bf16_gemm", model::bf16LinearInFp32() ? "fp32" : "bf16"},
+                        {"teacher", recipeName != "qad" ? ""
+                                    : bf16Teacher       ? "bf16"
+                                                        : "fp32-bf16-matrices"},
                         {"allocator", tcmalloc ? "tcmalloc" : "glibc"},
                         {"model", name},
                         {"params", params},
