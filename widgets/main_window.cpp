@@ -21,6 +21,7 @@
 #include <QMenu>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QScreen>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabBar>
@@ -459,8 +460,13 @@ void MainWindow::buildDocks() {
 
 void MainWindow::restoreSettings() {
   QSettings s;
-  if (!restoreGeometry(s.value(QStringLiteral("mainWindow/geometry")).toByteArray()))
-    resize(1500, 900);
+  if (!restoreGeometry(s.value(QStringLiteral("mainWindow/geometry")).toByteArray())) {
+    // The default size never exceeds the screen: a 1366x768 laptop gets the whole of it.
+    QSize size(1500, 900);
+    if (const QScreen* screen = this->screen())
+      size = size.boundedTo(screen->availableGeometry().size() * 0.95);
+    resize(size);
+  }
   const QByteArray state = s.value(QStringLiteral("mainWindow/state")).toByteArray();
   // Another layout version (or a damaged value) gives the default layout, never half of one.
   if (!state.isEmpty() && !restoreState(state, kLayoutVersion))
