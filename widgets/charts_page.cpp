@@ -4,7 +4,6 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QGridLayout>
-#include <QHBoxLayout>
 #include <QLabel>
 #include <QScrollArea>
 #include <QScrollBar>
@@ -12,11 +11,13 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include "fp4lab/widgets/flow_layout.h"
+
 namespace fp4lab::widgets {
 
 ChartsPage::ChartsPage(QWidget* parent)
     : QWidget(parent), m_worker(std::make_shared<CurveWorker>()) {
-  auto* bar = new QHBoxLayout;
+  auto* bar = new FlowLayout;
   auto* xLabel = new QLabel(QStringLiteral("&x axis:"));
   m_x = new QComboBox;
   m_x->addItems({QStringLiteral("step"), QStringLiteral("tokens"), QStringLiteral("wall time")});
@@ -52,25 +53,11 @@ ChartsPage::ChartsPage(QWidget* parent)
   m_average->setAccessibleName(QStringLiteral("moving average"));
   m_average->setToolTip(QStringLiteral("a trailing mean over this many points; 1: off"));
   avgLabel->setBuddy(m_average);
-  bar->addWidget(xLabel);
-  bar->addWidget(m_x);
-  bar->addSpacing(12);
-  bar->addWidget(m_logY);
-  bar->addSpacing(12);
-  bar->addWidget(smoothLabel);
-  bar->addWidget(m_smoothing);
-  bar->addWidget(m_smoothingValue);
-  // The moving average as one piece that moves to a second row when the page is too narrow for
-  // one (a small window: its label would be squeezed under the smoothing value).
-  m_averageGroup = new QWidget;
-  auto* average = new QHBoxLayout(m_averageGroup);
-  average->setContentsMargins(12, 0, 0, 0);
-  average->addWidget(avgLabel);
-  average->addWidget(m_average);
-  m_bar = bar;
-  m_bar->addWidget(m_averageGroup);
-  m_bar->addStretch(1);
-  m_bar2 = new QHBoxLayout;
+  // Pairs stay together (a label with its control); the row wraps when the page is narrow.
+  bar->addWidget(flowGroup({xLabel, m_x}));
+  bar->addWidget(m_logY, 12);
+  bar->addWidget(flowGroup({smoothLabel, m_smoothing, m_smoothingValue}), 12);
+  bar->addWidget(flowGroup({avgLabel, m_average}), 12);
 
   auto* gridHost = new QWidget;
   m_grid = new QGridLayout(gridHost);
@@ -88,7 +75,6 @@ ChartsPage::ChartsPage(QWidget* parent)
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addLayout(bar);
-  layout->addLayout(m_bar2);
   layout->addWidget(scroll, 1);
 
   addPanel("eval/val_loss", QStringLiteral("Validation loss"), true);
@@ -108,22 +94,13 @@ ChartsPage::ChartsPage(QWidget* parent)
 
 void ChartsPage::resizeEvent(QResizeEvent* event) {
   QWidget::resizeEvent(event);
-  const bool inFirst = m_bar->indexOf(m_averageGroup) >= 0;
-  // The first row's width with the group in it (its own hint, else the two added).
-  const int wide = inFirst ? m_bar->sizeHint().width()
-                           : m_bar->sizeHint().width() + m_averageGroup->sizeHint().width();
-  const bool fits = wide + 8 <= width();
-  if (fits == inFirst) return;
-  if (fits) {
-    m_bar2->removeWidget(m_averageGroup);
-    m_bar->insertWidget(m_bar->count() - 1, m_averageGroup);  // before the stretch
-  } else {
-    m_bar->removeWidget(m_averageGroup);
-    m_bar2->addWidget(m_averageGroup);
-    m_bar2->addStretch(1);
+  // Two columns of charts where two fit side by side, else one (a small window or a narrow pane).
+  const int panelWidth = m_panels.empty() ? 0 : m_panels.front()->minimumSizeHint().width();
+  const int columns = width() >= 2 * panelWidth + m_grid->horizontalSpacing() + 24 ? 2 : 1;
+  if (columns != m_columns) {
+    m_columns = columns;
+    relayout();
   }
-  if (fits)
-    while (QLayoutItem* item = m_bar2->takeAt(0)) delete item;  // the stretch
 }
 
 CurvePanel* ChartsPage::addPanel(const std::string& series, const QString& title, bool logAllowed) {
@@ -137,9 +114,15 @@ CurvePanel* ChartsPage::addPanel(const std::string& series, const QString& title
 }
 
 void ChartsPage::relayout() {
+  for (CurvePanel* p : m_panels) m_grid->removeWidget(p);
+  // A grid keeps the rows and columns it once had: the old ones are emptied of their minimums.
+  for (int r = 0; r < m_grid->rowCount(); ++r) m_grid->setRowMinimumHeight(r, 0);
+  for (int c = 0; c < m_grid->columnCount(); ++c) m_grid->setColumnStretch(c, 0);
   for (size_t i = 0; i < m_panels.size(); ++i)
-    m_grid->addWidget(m_panels[i], int(i / 2), int(i % 2));
-  for (int r = 0; r < m_grid->rowCount(); ++r) m_grid->setRowMinimumHeight(r, 260);
+    m_grid->addWidget(m_panels[i], int(i) / m_columns, int(i) % m_columns);
+  const int rows = (int(m_panels.size()) + m_columns - 1) / m_columns;
+  for (int r = 0; r < rows; ++r) m_grid->setRowMinimumHeight(r, 260);
+  for (int c = 0; c < m_columns; ++c) m_grid->setColumnStretch(c, 1);
 }
 
 CurvePanel* ChartsPage::panel(const std::string& series) const {

@@ -36,6 +36,8 @@
 #include <QValueAxis>
 #include <QVBoxLayout>
 
+#include "fp4lab/widgets/flow_layout.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -318,7 +320,7 @@ void CompareView::buildUi() {
   root->setContentsMargins(6, 6, 6, 6);
 
   // Pickers.
-  auto* pickers = new QHBoxLayout;
+  auto* pickers = new FlowLayout;
   auto picker = [&](const QString& text, const QString& objectName, const QString& name,
                     const QString& toolTip) {
     auto* label = new QLabel(text);
@@ -326,10 +328,8 @@ void CompareView::buildUi() {
     setNames(box, objectName, name, toolTip);
     box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     box->setMinimumContentsLength(10);
-    box->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
     label->setBuddy(box);
-    pickers->addWidget(label);
-    pickers->addWidget(box, 2);
+    pickers->addWidget(flowGroup({label, box}), 6);
     return box;
   };
   m_runA = picker(tr("Run &A:"), QStringLiteral("compareRunA"), QStringLiteral("run A"),
@@ -344,7 +344,7 @@ void CompareView::buildUi() {
   setNames(m_groupSeeds, QStringLiteral("compareGroupSeeds"), QStringLiteral("group seeds"),
            tr("Draw each run with the runs that differ from it only by seed as their mean and a "
               "min-max band; the tables then show means"));
-  pickers->addWidget(m_groupSeeds);
+  pickers->addWidget(m_groupSeeds, 6);
   root->addLayout(pickers);
 
   // Charts on the left, numbers on the right.

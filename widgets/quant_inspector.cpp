@@ -22,6 +22,8 @@
 #include <QThreadPool>
 #include <QToolTip>
 #include <QVBoxLayout>
+
+#include "fp4lab/widgets/flow_layout.h"
 #include <QValueAxis>
 
 #include <algorithm>
@@ -316,7 +318,7 @@ QuantInspector::QuantInspector(QWidget* parent) : QWidget(parent) {
 QuantInspector::~QuantInspector() = default;
 
 void QuantInspector::buildRunView(QWidget* page) {
-  auto* bar = new QHBoxLayout;
+  auto* bar = new FlowLayout;
   auto* aLabel = new QLabel(QStringLiteral("Run &A:"));
   m_runA = named(new QComboBox, QStringLiteral("inspector run A"),
                  QStringLiteral("the run whose layers are shown (the runs table's selection)"));
@@ -334,10 +336,9 @@ void QuantInspector::buildRunView(QWidget* page) {
                       QStringLiteral("the /quant metric of the heatmap and the worst-layers list"));
   m_metricBox->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   mLabel->setBuddy(m_metricBox);
-  for (QWidget* w :
-       std::initializer_list<QWidget*>{aLabel, m_runA, bLabel, m_runB, mLabel, m_metricBox})
-    bar->addWidget(w);
-  bar->addStretch(1);
+  bar->addWidget(flowGroup({aLabel, m_runA}));
+  bar->addWidget(flowGroup({bLabel, m_runB}), 6);
+  bar->addWidget(flowGroup({mLabel, m_metricBox}), 6);
 
   m_runMap = named(new HeatmapWidget, QStringLiteral("layer heatmap"),
                    QStringLiteral("layers (rows) by evaluations (columns); click a layer for its "
@@ -494,7 +495,7 @@ void QuantInspector::buildLayerView(QWidget* page) {
 }
 
 void QuantInspector::buildModelView(QWidget* page) {
-  auto* bar = new QHBoxLayout;
+  auto* bar = new FlowLayout;
   m_openAnalysis = named(new QPushButton(QStringLiteral("&Open analysis\u2026")),
                          QStringLiteral("open analysis"),
                          QStringLiteral("open a file written by fp4lab analyze MODEL --output "
@@ -527,11 +528,9 @@ void QuantInspector::buildModelView(QWidget* page) {
   cLabel->setBuddy(m_modelCompare);
   bar->addWidget(m_openAnalysis);
   bar->addWidget(m_openSensitivity);
-  bar->addWidget(m_modelFile, 1);
-  bar->addWidget(mLabel);
-  bar->addWidget(m_modelMetricBox);
-  bar->addWidget(cLabel);
-  bar->addWidget(m_modelCompare);
+  bar->addWidget(m_modelFile, 6);
+  bar->addWidget(flowGroup({mLabel, m_modelMetricBox}), 6);
+  bar->addWidget(flowGroup({cLabel, m_modelCompare}), 6);
 
   m_modelMap = named(new HeatmapWidget, QStringLiteral("format heatmap"),
                      QStringLiteral("layers (rows) by formats (columns); click a cell for that "

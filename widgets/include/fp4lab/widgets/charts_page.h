@@ -16,7 +16,6 @@
 class QCheckBox;
 class QComboBox;
 class QGridLayout;
-class QHBoxLayout;
 class QSlider;
 class QSpinBox;
 class QLabel;
@@ -55,9 +54,7 @@ class ChartsPage : public QWidget {
   QLabel* m_smoothingValue = nullptr;
   QSpinBox* m_average = nullptr;
   QGridLayout* m_grid = nullptr;
-  QHBoxLayout* m_bar = nullptr;   // the settings row
-  QHBoxLayout* m_bar2 = nullptr;  // a second row, used when the page is narrow
-  QWidget* m_averageGroup = nullptr;
+  int m_columns = 2;                      // of the chart grid: 2, or 1 when the page is narrow
   std::shared_ptr<CurveWorker> m_worker;  // one thread buckets for every panel
   std::vector<CurvePanel*> m_panels;
   std::set<std::string> m_linearOnly;
