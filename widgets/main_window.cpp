@@ -22,6 +22,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QScreen>
+#include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabBar>
@@ -117,10 +118,20 @@ MainWindow::MainWindow(const WorkbenchOptions& options, QWidget* parent)
   m_tabs->setDocumentMode(true);
   m_charts = new ChartsPage;
   m_compare = new CompareView;
-  m_tabs->addTab(m_charts, QStringLiteral("C&urves"));
-  m_tabs->addTab(m_compare, QStringLiteral("Com&pare"));
   m_inspector = new QuantInspector;
-  m_tabs->addTab(m_inspector, QStringLiteral("&Quantization"));
+  // Compare and Quantization need more room than a small screen has beside the docks: they scroll
+  // there instead of setting the window's minimum size (Curves scrolls its own grid).
+  auto scrolled = [](QWidget* view) {
+    auto* area = new QScrollArea;
+    area->setObjectName(view->objectName() + QStringLiteral(" scroll"));
+    area->setFrameShape(QFrame::NoFrame);
+    area->setWidgetResizable(true);
+    area->setWidget(view);
+    return area;
+  };
+  m_tabs->addTab(m_charts, QStringLiteral("C&urves"));
+  m_tabs->addTab(scrolled(m_compare), QStringLiteral("Com&pare"));
+  m_tabs->addTab(scrolled(m_inspector), QStringLiteral("&Quantization"));
   m_tabs->setTabsClosable(true);
   // Curves, Compare and Quantization stay; tabs added later (reports) can be closed.
   for (int i = 0; i < 3; ++i) m_tabs->tabBar()->setTabButton(i, QTabBar::RightSide, nullptr);
@@ -239,7 +250,7 @@ void MainWindow::buildActions() {
   make(QStringLiteral("open analysis"), QStringLiteral("Open &analysis\u2026"),
        QStringLiteral("open a file of fp4lab analyze --output in the Quantization tab"),
        QKeySequence(), [this] {
-         m_tabs->setCurrentWidget(m_inspector);
+         showView(m_inspector);
          m_inspector->openAnalysisDialog();
        });
   make(QStringLiteral("quit"), QStringLiteral("&Quit"), QStringLiteral("close the workbench"),
@@ -295,7 +306,7 @@ void MainWindow::buildActions() {
   make(QStringLiteral("compare with"), QStringLiteral("Compare &with\u2026"),
        QStringLiteral("the selected run as B in the Compare tab"), QKeySequence(), [this] {
          m_compare->setPair(m_compare->runA(), selectedRun());
-         m_tabs->setCurrentWidget(m_compare);
+         showView(m_compare);
        });
   make(QStringLiteral("delete"), QStringLiteral("&Delete\u2026"),
        QStringLiteral("delete the selected run's folder (never a running run)"),
@@ -453,7 +464,30 @@ void MainWindow::buildDocks() {
   detailsDock->setObjectName(QStringLiteral("detailsDock"));
   detailsDock->setWidget(m_details);
   addDockWidget(Qt::RightDockWidgetArea, detailsDock);
-  resizeDocks({runsDock, detailsDock}, {560, 320}, Qt::Horizontal);
+}
+
+// The default layout on the window's width: the runs take 37% of it and the details 21% (560
+// and 320 px of 1500); below 1200 px the details go under the runs, so that the charts keep the
+// middle (a 1366x768 laptop, a small VNC screen).
+void MainWindow::fitDefaultLayout() {
+  auto* runs = findChild<QDockWidget*>(QStringLiteral("runsDock"));
+  auto* details = findChild<QDockWidget*>(QStringLiteral("detailsDock"));
+  if (width() < 1200) {
+    splitDockWidget(runs, details, Qt::Vertical);
+    resizeDocks({runs}, {width() * 40 / 100}, Qt::Horizontal);
+  } else {
+    resizeDocks({runs, details}, {width() * 37 / 100, width() * 21 / 100}, Qt::Horizontal);
+  }
+}
+
+int MainWindow::tabOf(const QWidget* view) const {
+  for (int i = 0; i < m_tabs->count(); ++i)
+    if (m_tabs->widget(i) == view || m_tabs->widget(i)->isAncestorOf(view)) return i;
+  return -1;
+}
+
+void MainWindow::showView(QWidget* view) {
+  m_tabs->setCurrentIndex(tabOf(view));
 }
 
 // ---- Settings -----------------------------------------------------------------------------------
@@ -469,8 +503,10 @@ void MainWindow::restoreSettings() {
   }
   const QByteArray state = s.value(QStringLiteral("mainWindow/state")).toByteArray();
   // Another layout version (or a damaged value) gives the default layout, never half of one.
-  if (!state.isEmpty() && !restoreState(state, kLayoutVersion))
+  if (state.isEmpty() || !restoreState(state, kLayoutVersion)) {
     restoreState(m_defaultState, kLayoutVersion);
+    fitDefaultLayout();
+  }
   const QByteArray header = s.value(QStringLiteral("runs/header")).toByteArray();
   if (!header.isEmpty()) m_table->horizontalHeader()->restoreState(header);
   CurveSettings c = m_charts->settings();
@@ -499,6 +535,7 @@ void MainWindow::saveSettings() {
 void MainWindow::resetLayout() {
   restoreState(m_defaultState, kLayoutVersion);
   for (QDockWidget* dock : findChildren<QDockWidget*>()) dock->show();
+  fitDefaultLayout();
   for (int c = 0; c < RunTableModel::ColumnCount; ++c) m_table->setColumnHidden(c, false);
   QHeaderView* header = m_table->horizontalHeader();
   for (int c = 0; c < RunTableModel::ColumnCount; ++c)

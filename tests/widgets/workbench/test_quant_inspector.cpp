@@ -628,7 +628,7 @@ TEST_CASE("inspector in the window: a Quantization tab, File > Open analysis, na
   w.show();
   REQUIRE(QTest::qWaitForWindowExposed(&w));
   REQUIRE(w.inspector());
-  const int tab = w.centralTabs()->indexOf(w.inspector());
+  const int tab = w.tabOf(w.inspector());
   REQUIRE(tab >= 0);
   CHECK(w.centralTabs()->tabText(tab) == QStringLiteral("&Quantization"));
   QAction* open = w.action(QStringLiteral("open analysis"));

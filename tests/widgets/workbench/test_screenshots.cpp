@@ -74,14 +74,14 @@ TEST_CASE("screenshots of every view", "[.screenshots]") {
   const std::string a = idOf(w, "qat-mxfp4"), b = idOf(w, "qat-nvfp4");
   if (!a.empty() && !b.empty()) {
     w.compare()->setPair(a, b);
-    w.centralTabs()->setCurrentWidget(w.compare());
+    w.showView(w.compare());
     save(w, dir + QStringLiteral("/compare.png"));
   }
   // The quantization inspector: run view (one run, then A − B), layer view, model view on an
   // analysis of the SFT model made with the analyze library.
   if (!a.empty() && !b.empty()) {
     QuantInspector* inspector = w.inspector();
-    w.centralTabs()->setCurrentWidget(inspector);
+    w.showView(inspector);
     w.selectRun(a);
     inspector->setRunB({});
     inspector->setMetric("sqnr_db");

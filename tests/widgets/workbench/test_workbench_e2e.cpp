@@ -17,14 +17,17 @@
 #include <QScrollBar>
 #include <QTabBar>
 #include <QHeaderView>
+#include <QScreen>
 #include <QSettings>
 #include <QTableView>
 
 #include <cstdlib>
 
 #include "fp4lab/widgets/charts_page.h"
+#include "fp4lab/widgets/compare_view.h"
 #include "fp4lab/widgets/curve_panel.h"
 #include "fp4lab/widgets/main_window.h"
+#include "fp4lab/widgets/quant_inspector.h"
 #include "fp4lab/widgets/run_details.h"
 #include "fp4lab/widgets/run_table_model.h"
 #include "workbench_fixtures.h"
@@ -206,9 +209,10 @@ TEST_CASE("accessibility lint: every interactive widget of the window has a name
     // scroll bars, a combo box's popup list, dock title buttons.
     const QWidget* parent = widget->parentWidget();
     if (widget->objectName().startsWith(QLatin1String("qt_")) ||
-        qobject_cast<QScrollBar*>(widget) || qobject_cast<QHeaderView*>(widget) || qobject_cast<const QTabBar*>(parent) ||
-        qobject_cast<const QLineEdit*>(parent) || qobject_cast<const QComboBox*>(parent) ||
-        qobject_cast<const QDockWidget*>(parent) || qobject_cast<const QAbstractSpinBox*>(parent))
+        qobject_cast<QScrollBar*>(widget) || qobject_cast<QHeaderView*>(widget) ||
+        qobject_cast<const QTabBar*>(parent) || qobject_cast<const QLineEdit*>(parent) ||
+        qobject_cast<const QComboBox*>(parent) || qobject_cast<const QDockWidget*>(parent) ||
+        qobject_cast<const QAbstractSpinBox*>(parent))
       continue;
     ++checked;
     // A button with text is announced by its text; anything else needs a name.
@@ -219,4 +223,42 @@ TEST_CASE("accessibility lint: every interactive widget of the window has a name
     CHECK_FALSE(widget->toolTip().isEmpty());
   }
   CHECK(checked > 15);
+}
+
+// Run by the workbench_small_screen entry on a 900x600 offscreen screen (small-screen.json): a
+// window with no saved layout opens inside the screen, every view reachable, the charts wide.
+TEST_CASE("the window fits a small screen: no part off screen, details under the runs",
+          "[.small-screen]") {
+  TempDir tmp;
+  QSettings().clear();
+  WorkbenchOptions options;
+  options.roots = {QString::fromStdString(tmp.file("runs"))};
+  options.program = QStringLiteral("/bin/false");
+  MainWindow w(options);
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  const QRect screen = w.screen()->availableGeometry();
+  REQUIRE(screen.width() <= 900);  // the configured screen, else this proves nothing
+  INFO("window " << w.width() << "x" << w.height() << ", its minimum "
+                 << w.minimumSizeHint().width() << "x" << w.minimumSizeHint().height()
+                 << ", screen " << screen.width() << "x" << screen.height());
+  CHECK(w.minimumSizeHint().width() <= screen.width());
+  CHECK(w.minimumSizeHint().height() <= screen.height());
+  CHECK(screen.contains(w.frameGeometry()));
+  auto* runs = w.findChild<QDockWidget*>(QStringLiteral("runsDock"));
+  auto* details = w.findChild<QDockWidget*>(QStringLiteral("detailsDock"));
+  CHECK(w.dockWidgetArea(details) == Qt::LeftDockWidgetArea);
+  CHECK(details->y() > runs->y());
+  // The middle keeps at least a third of the window for the charts.
+  CHECK(w.charts()->width() >= w.width() / 3);
+  for (QWidget* view : {static_cast<QWidget*>(w.charts()), static_cast<QWidget*>(w.compare()),
+                        static_cast<QWidget*>(w.inspector())}) {
+    w.showView(view);
+    QTest::qWait(50);
+    CHECK(view->isVisible());
+  }
+  // Reset layout gives the same layout again after the user moved the dock back.
+  w.addDockWidget(Qt::RightDockWidgetArea, details);
+  w.resetLayout();
+  CHECK(w.dockWidgetArea(details) == Qt::LeftDockWidgetArea);
 }

@@ -91,6 +91,9 @@ class MainWindow : public QMainWindow {
   RunDetails* details() const { return m_details; }
   RunQueue* queue() const { return m_queue; }
   QTabWidget* centralTabs() const { return m_tabs; }
+  // The central tab that shows `view` (a page, or a view inside one); -1 if none does.
+  int tabOf(const QWidget* view) const;
+  void showView(QWidget* view);
   QAction* action(const QString& objectName) const;
   // Every snapshot received (tests wait on it).
   RunSnapshotsPtr lastSnapshots() const { return m_snapshots; }
@@ -109,6 +112,7 @@ class MainWindow : public QMainWindow {
   void buildMenus();
   void buildDocks();
   void restoreSettings();
+  void fitDefaultLayout();
   void saveSettings();
   void onSnapshots(RunSnapshotsPtr snapshots);
   void onSelectionChanged();
