@@ -91,6 +91,7 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
                                     "data.seq_len=" + std::to_string(config.seqLen),
                                     "train.batch_size=" + std::to_string(config.batchSize),
                                     "train.threads=" + std::to_string(config.threads),
+                                    "train.device=" + config.device,
                                     "train.eval_every=" + std::to_string(config.evalEvery),
                                     "train.eval_batches=" + std::to_string(config.evalBatches),
                                     "train.keep_checkpoints=1",
@@ -128,6 +129,7 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
         {"data.seed", "data_seed"},
         {"run.seed", "seed"},
         {"train.threads", "threads"},
+        {"train.device", "device"},
         {"eval.task_items", "task_items"},
         {"train.eval_batches", "eval_batches"},
         {"train.eval_every", "eval_every"}};

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -169,6 +170,11 @@ const std::vector<Binding>& table() {
       bind(&C::threads, operational(integer("train.threads", 0, 4096,
                                             "CPU threads (0: up to every core the process may run "
                                             "on, fewer while other programs keep cores busy)"))),
+      bind(&C::device,
+           operational(text("train.device",
+                            "cpu, cuda (the first GPU; rank r of a data-parallel run: GPU "
+                            "LOCAL_RANK) or cuda:N; CUDA needs a CUDA build of LibTorch and, for "
+                            "quantized runs, fp4lab built with its CUDA kernels"))),
       bind(&C::distProcesses,
            operational(integer("dist.processes", 1, 1024,
                                "data-parallel processes fp4lab train starts on this machine (Gloo; "
@@ -325,6 +331,23 @@ void RunConfig::validate() const {
           "use a batch size that is a multiple of the number of processes");
   require(int64_t(batchSize) * gradAccum <= (int64_t(1) << 20), "train.grad_accum",
           "times train.batch_size must be at most 1048576 sequences per step");
+  require(parseDevice(device).has_value(), "train.device",
+          "must be cpu, cuda or cuda:N (N a GPU index), not '" + device + "'",
+          "e.g. train.device=cuda:0");
+}
+
+std::optional<DeviceSpec> parseDevice(const std::string& text) {
+  if (text == "cpu") return DeviceSpec{false, -1};
+  if (text == "cuda") return DeviceSpec{true, -1};
+  const std::string prefix = "cuda:";
+  if (text.size() <= prefix.size() || text.compare(0, prefix.size(), prefix) != 0)
+    return std::nullopt;
+  int index = 0;
+  for (size_t i = prefix.size(); i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9' || index > 100000) return std::nullopt;
+    index = index * 10 + (text[i] - '0');
+  }
+  return DeviceSpec{true, index};
 }
 
 }  // namespace fp4lab::run

@@ -28,6 +28,7 @@
 #include "quant/quantize_model.h"
 #include "run/model_source.h"
 #include "run/task_eval.h"
+#include "train/device.h"
 #include "train/distributed.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -268,6 +269,16 @@ void markFailedIfWriterDied(const std::string& runDir, int64_t maxSteps, const s
   }
 }
 
+// The "memory" event at a run's end: this process's peak resident memory, and on a GPU the most
+// LibTorch held allocated there.
+std::string memoryNote(const torch::Device& device) {
+  auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 20) + " MiB"; };
+  std::string note = "peak resident memory " + mib(peakResidentBytes());
+  const int64_t onDevice = train::peakDeviceMemory(device);
+  if (onDevice >= 0) note += ", peak " + device.str() + " memory " + mib(onDevice);
+  return note;
+}
+
 }  // namespace
 
 RunResult executeRun(const RunConfig& config, const RunOptions& options) {
@@ -315,6 +326,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   torch::set_num_threads(threads);
   fp4_set_num_threads(threads);
   torch::manual_seed(config.seed);
+  const torch::Device device = train::resolveDevice(config, dist.localRank);
   std::unique_ptr<train::ProcessGroup> group;
   if (dist.world > 1) {
     if (config.batchSize % dist.world != 0)
@@ -323,12 +335,13 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
               std::to_string(dist.world) + " ranks",
           config.originOf("train.batch_size"),
           "train.batch_size is the global batch: use a multiple of the number of processes");
-    if (!options.dryRun) group = train::ProcessGroup::join(dist, config.distTimeoutSeconds);
+    if (!options.dryRun) group = train::ProcessGroup::join(dist, config.distTimeoutSeconds, device);
   }
   const bool writer = !group || group->rank() == 0;
   // A checkpoint always loads as saved (its quantizers are the run's); model.path as asked.
   ModelBundle bundle = loadModelBundle(resuming ? checkpoint : config.modelPath, torch::kFloat32,
                                        config.seed, resuming ? false : config.bf16Weights);
+  bundle.model->to(device);
   const int64_t contextLength = bundle.model->config().maxPositionEmbeddings;
   if (config.seqLen > contextLength)
     throw Error("'data.seq_len' is " + std::to_string(config.seqLen) +
@@ -365,6 +378,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
     model::CausalLM m = b.model;
     const bool bf16Products = !quantized && config.computeDtype == "bf16";
     if (bf16Products) model::holdMatrixWeightsInBf16(m);
+    m->to(device);
     int64_t bytes = 0;
     for (auto& p : m->parameters()) {
       p.set_requires_grad(false);
@@ -481,7 +495,8 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   } else if (logWriter) {
     logWriter->event("start", "fp4lab train, recipe " + config.recipe + ", " +
                                   std::to_string(dataBundle.trainSequences) +
-                                  " training sequences, " + recipe->format());
+                                  " training sequences, " + recipe->format() + ", on " +
+                                  train::describeDevice(device));
     for (const auto& note : frozenNotes) logWriter->event("frozen_model", note);
   }
   RunEvent started;
@@ -503,6 +518,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   } catch (const std::exception& e) {
     if (writer) {
       writeRunStatus(runDir.string(), RunState::Failed, trainer.state().step, maxSteps, e.what());
+      logWriter->event("memory", memoryNote(device));
       logWriter->event("end", std::string("failed: ") + e.what());
       logWriter->close();
     } else {
@@ -525,6 +541,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
     result.message = "the loss diverged at step " + std::to_string(result.steps + 1);
   }
   if (!writer) return result;
+  logWriter->event("memory", memoryNote(device));
   logWriter->event("end", std::string(toString(result.state)) +
                               (result.message.empty() ? "" : ": " + result.message));
   logWriter->close();

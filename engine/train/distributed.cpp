@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "fp4lab/error.h"
+#include "train/nccl_backend.h"
 
 namespace fp4lab::train {
 namespace {
@@ -62,8 +63,20 @@ DistEnvironment distEnvironment() {
 struct ProcessGroup::Impl {
   DistEnvironment env;
   std::chrono::milliseconds timeout{0};
+  torch::Device device = torch::kCPU;
   c10::intrusive_ptr<c10d::TCPStore> store;
   c10::intrusive_ptr<c10d::Backend> backend;
+
+  const char* backendName() const { return device.is_cuda() ? "NCCL" : "Gloo"; }
+  // One tensor's collective. NCCL reduces CUDA tensors only: a CPU tensor (the stop flag, the
+  // calibrated amaxes) goes through this rank's GPU and back.
+  void runOn(torch::Tensor& tensor, const char* what,
+             const std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>&)>& start) {
+    const bool staged = device.is_cuda() && !tensor.is_cuda();
+    std::vector<at::Tensor> one{staged ? tensor.to(device) : tensor};
+    run(what, [&] { return start(one); });
+    if (staged) tensor.copy_(one[0]);  // waits for the device
+  }
 
   // Runs one collective to completion; a failure (a peer gone, a timeout) becomes an Error.
   void run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
@@ -75,13 +88,13 @@ struct ProcessGroup::Impl {
     }
   }
   [[noreturn]] void fail(const char* what, const std::exception& e) const {
-    throw Error(
-        "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + ": " + what +
-            " failed: " + shortMessage(e),
-        "the process group (Gloo, " + env.masterAddr + ":" + std::to_string(env.masterPort) + ")",
-        "another rank stopped (crashed, was killed, or failed: see its output) or did not "
-        "answer within dist.timeout_s; the last complete checkpoint is intact, resume "
-        "with --resume-from-checkpoint latest");
+    throw Error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + ": " +
+                    what + " failed: " + shortMessage(e),
+                "the process group (" + std::string(backendName()) + ", " + env.masterAddr + ":" +
+                    std::to_string(env.masterPort) + ")",
+                "another rank stopped (crashed, was killed, or failed: see its output) or did not "
+                "answer within dist.timeout_s; the last complete checkpoint is intact, resume "
+                "with --resume-from-checkpoint latest");
   }
 };
 
@@ -94,10 +107,11 @@ int ProcessGroup::world() const {
   return m->env.world;
 }
 
-std::unique_ptr<ProcessGroup> ProcessGroup::join(const DistEnvironment& env,
-                                                 double timeoutSeconds) {
+std::unique_ptr<ProcessGroup> ProcessGroup::join(const DistEnvironment& env, double timeoutSeconds,
+                                                 torch::Device device) {
   auto impl = std::make_unique<Impl>();
   impl->env = env;
+  impl->device = device;
   impl->timeout = std::chrono::milliseconds(int64_t(timeoutSeconds * 1000));
   const std::string where =
       "the rendezvous (TCPStore at " + env.masterAddr + ":" + std::to_string(env.masterPort) + ")";
@@ -148,6 +162,16 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(const DistEnvironment& env,
                 "start every rank with WORLD_SIZE=" + world +
                     " and the same MASTER_ADDR/MASTER_PORT, or raise dist.timeout_s");
   }
+  if (device.is_cuda()) {
+    try {
+      impl->backend = makeNcclBackend(impl->store, env.rank, env.world, impl->timeout);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      impl->fail("connecting the NCCL process group", e);
+    }
+    return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+  }
   try {
     auto gloo = c10d::ProcessGroupGloo::Options::create(impl->timeout);
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
@@ -166,22 +190,21 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(const DistEnvironment& env,
 }
 
 void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors) {
-  for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
-    m->run("broadcasting rank 0's weights", [&] { return m->backend->broadcast(one); });
-  }
+  for (auto& t : tensors)
+    m->runOn(t, "broadcasting rank 0's weights",
+             [&](std::vector<at::Tensor>& one) { return m->backend->broadcast(one); });
 }
 
 void ProcessGroup::allReduceSum(torch::Tensor& tensor) {
-  std::vector<at::Tensor> one{tensor};
-  m->run("an all-reduce", [&] { return m->backend->allreduce(one); });
+  m->runOn(tensor, "an all-reduce",
+           [&](std::vector<at::Tensor>& one) { return m->backend->allreduce(one); });
 }
 
 void ProcessGroup::allReduceMax(torch::Tensor& tensor) {
-  std::vector<at::Tensor> one{tensor};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MAX;
-  m->run("an all-reduce (max)", [&] { return m->backend->allreduce(one, o); });
+  m->runOn(tensor, "an all-reduce (max)",
+           [&](std::vector<at::Tensor>& one) { return m->backend->allreduce(one, o); });
 }
 
 struct GradientAverager::Impl {

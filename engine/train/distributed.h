@@ -1,8 +1,9 @@
-// Data parallelism over PyTorch's own distributed engine (c10d): a TCPStore rendezvous and a
-// ProcessGroupGloo for CPU tensors. The training loop (trainer.cpp) and the runner use it; a run
-// of one process never creates one. Every call is a collective: each rank must make the same
-// calls in the same order. A peer that dies or stops answering makes the call throw
-// fp4lab::Error (at once when its sockets close, else after the timeout), never hang.
+// Data parallelism over PyTorch's own distributed engine (c10d): a TCPStore rendezvous, and a
+// ProcessGroupGloo for runs on the CPU or a ProcessGroupNCCL for runs on CUDA GPUs. The training
+// loop (trainer.cpp) and the runner use it; a run of one process never creates one. Every call is a
+// collective: each rank must make the same calls in the same order. A peer that dies or stops
+// answering makes the call throw fp4lab::Error (at once when its sockets close, else after the
+// timeout), never hang.
 #pragma once
 
 #include <torch/torch.h>
@@ -28,7 +29,10 @@ class ProcessGroup {
   // Joins the group: a TCPStore (rank 0 serves it at MASTER_ADDR:MASTER_PORT), then every rank
   // announces itself; after `timeoutSeconds` without every rank, throws an Error naming the
   // ranks that never joined. The same timeout bounds every collective afterwards.
-  static std::unique_ptr<ProcessGroup> join(const DistEnvironment& env, double timeoutSeconds);
+  // `device` picks the backend: Gloo for the CPU, NCCL for a CUDA device (this rank's GPU, made
+  // current by resolveDevice); NCCL needs a CUDA build of LibTorch.
+  static std::unique_ptr<ProcessGroup> join(const DistEnvironment& env, double timeoutSeconds,
+                                            torch::Device device = torch::kCPU);
   ~ProcessGroup();
 
   int rank() const;
@@ -36,7 +40,8 @@ class ProcessGroup {
 
   // Rank 0's values, in place, on every rank.
   void broadcast(std::vector<torch::Tensor>& tensors);
-  // In place: the elementwise sum / max over the ranks (CPU tensors).
+  // In place: the elementwise sum / max over the ranks (under NCCL, a CPU tensor goes through
+  // the GPU and back).
   void allReduceSum(torch::Tensor& tensor);
   void allReduceMax(torch::Tensor& tensor);
   static constexpr int64_t kBucketBytes = 8 << 20;

@@ -353,7 +353,8 @@ void Trainer::resumeFrom(const std::string& checkpointDir) {
   m_state.epoch = state.at("epoch").get<int64_t>();
   m_state.cursor = state.at("cursor").get<int64_t>();
   m_state.wallSeconds = state.at("wall_s").get<double>();
-  torch::load(*m_optimizer, (dir / "optimizer.pt").string());
+  // Onto the run's device, wherever the checkpoint was written (a GPU run resumes on the CPU).
+  torch::load(*m_optimizer, (dir / "optimizer.pt").string(), m_device);
   m_order = epochOrder(m_train.size(), m_config.seed, m_state.epoch);
   m_lastCheckpoint = checkpointDir;
 }

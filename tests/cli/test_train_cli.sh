@@ -37,6 +37,9 @@ done
 grep -q '"state": "finished"' "$T/run/status.json" || fail "status is not finished"
 "$BIN" inspect "$T/run" > "$T/inspect.txt"
 grep -q "finished" "$T/inspect.txt" && grep -q "val_loss" "$T/inspect.txt" || fail "inspect: $(cat "$T/inspect.txt")"
+# The run says where it trained and how much memory it took.
+grep -q "start fp4lab train, recipe sft, .* on cpu" "$T/inspect.txt" || fail "inspect: no device: $(cat "$T/inspect.txt")"
+grep -Eq "memory peak resident memory [1-9][0-9]* MiB" "$T/inspect.txt" || fail "inspect: no peak memory: $(cat "$T/inspect.txt")"
 
 # eval: chat rows and pre-tokenized rows, per example.
 printf '%s\n' '{"messages": [{"role": "user", "content": "What is 2 plus 2?"}, {"role": "assistant", "content": "Reasoning: two plus two is four. Answer: 4"}]}' \
@@ -99,7 +102,14 @@ expect_error "broken.yaml:.*invalid YAML" "$BIN" train --config "$T/broken.yaml"
 expect_error "nothing to run" "$BIN" train
 expect_error "nothing to run" "$BIN" train --output-dir "$T/bad7"
 expect_error "beyond the model's context" "$BIN" train "${COMMON[@]}" data.seq_len=4096 --output-dir "$T/bad8"
-for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8; do [ ! -e "$T/$d" ] || fail "a failed start left $d behind"; done
+expect_error "'train.device' must be cpu, cuda or cuda:N" "$BIN" train "${COMMON[@]}" train.device=gpu --output-dir "$T/bad9"
+expect_error "'train.device' must be cpu, cuda or cuda:N" "$BIN" train "${COMMON[@]}" train.device=cuda:-1 --output-dir "$T/bad9"
+# On a machine without a GPU (LibTorch sees none), cuda is refused before anything is written.
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L 2> /dev/null | grep -q GPU; then
+  expect_error "train.device is cuda, but LibTorch sees no CUDA device" "$BIN" train "${COMMON[@]}" train.device=cuda --output-dir "$T/bad10"
+  expect_error "train.device is cuda:1, but LibTorch sees no CUDA device" "$BIN" train "${COMMON[@]}" train.device=cuda:1 --output-dir "$T/bad10"
+fi
+for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8 bad9 bad10; do [ ! -e "$T/$d" ] || fail "a failed start left $d behind"; done
 
 # Every subcommand answers -h and --help.
 for c in experiment train inspect eval generate base-model quantize dequantize; do

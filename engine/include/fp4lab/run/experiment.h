@@ -23,7 +23,8 @@ struct ExperimentConfig {
   uint64_t dataSeed = 1234;  // every run's data.seed (examples, validation split, task items)
   int batchSize = 16;
   int seqLen = 256;
-  int threads = 0;  // 0: every core the process may use
+  int threads = 0;             // 0: every core the process may use
+  std::string device = "cpu";  // train.device of every run
   int64_t sftSteps = 600;
   double sftLr = 1e-3;
   // 200 steps of QAT and of QAD: on this project's 2-core machine the whole experiment then takes

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,8 @@ struct RunConfig {
   int64_t evalBatches = 8;
   int64_t checkpointEvery = 0;  // 0: only at the end
   int keepCheckpoints = 2;
-  int threads = 0;  // 0: all cores
+  int threads = 0;             // 0: all cores
+  std::string device = "cpu";  // cpu, cuda (rank r: cuda:LOCAL_RANK) or cuda:N
   // dist.*: data-parallel runs (fp4lab train --nproc, torchrun's variables)
   double distTimeoutSeconds = 300;  // rendezvous and every collective
   int distProcesses = 1;            // ranks `fp4lab train` starts on this machine (--nproc)
@@ -104,6 +106,13 @@ struct RunConfig {
 // The keys whose values differ between two configurations (ConfigKey::definesRun keys only
 // unless `all`), in table order; paths naming the same file or folder do not differ.
 std::vector<std::string> differingKeys(const RunConfig& a, const RunConfig& b, bool all = false);
+
+// train.device parsed: cpu, cuda (index -1: the first GPU, or LOCAL_RANK's) or cuda:N.
+struct DeviceSpec {
+  bool cuda = false;
+  int index = -1;
+};
+std::optional<DeviceSpec> parseDevice(const std::string& text);
 
 // A comma-separated value (quant.include, eval.tasks, ...) as its items, blanks trimmed, empty
 // items dropped.
