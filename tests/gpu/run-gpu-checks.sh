@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs fp4lab's GPU checks on a CUDA machine in one go: the CUDA kernels against the
-# CPU reference (test_kernels_cuda), the CPU kernel tests, and the CUDA benchmark; one log.
+# CPU reference (test_kernels_cuda), the CPU kernel tests, the CUDA benchmark, and SFT, QAT and QAD
+# of the built-in model on the GPU against the CPU (with the engine bundle-engine.sh prepared);
+# one log.
 #
 # Usage: bash tests/gpu/run-gpu-checks.sh [--build-only]
 # Log: $OUT/gpu-log.txt when OUT is set, else $FP4LAB_GPU_WORK/gpu-log.txt (/tmp/fp4lab-gpu).
@@ -191,6 +193,7 @@ if has_target test_kernels; then
   run test_kernels 180 "$(find_binary test_kernels)" --order rand --warn NoAssertions
 fi
 run bench_cuda 150 "$(find_binary bench_cuda)"
+train_checks
 
 step "done"
 if [ ${#FAILED[@]} -eq 0 ]; then
@@ -202,6 +205,12 @@ fi
 [ "$GPU_VISIBLE" = 1 ] || echo "NOTE: no GPU visible: the CUDA tests and the benchmark skipped themselves"
 echo "log: $LOG"
 exit ${#FAILED[@]}
+}
+
+# Training on the GPU against the CPU (tests/gpu/train-checks.sh; needs bundle-engine.sh's engine).
+train_checks() {
+  step "train on the GPU against the CPU (tests/gpu/train-checks.sh)"
+  bash "$ROOT/tests/gpu/train-checks.sh" "$WORK/train" || note_failure "train checks"
 }
 
 # Everything goes through one pipe into the log, so nothing is lost when the script ends.
