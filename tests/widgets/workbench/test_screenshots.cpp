@@ -129,7 +129,9 @@ TEST_CASE("screenshots of every view", "[.screenshots]") {
     }
   }
   w.centralTabs()->setCurrentIndex(0);
-  w.resize(1024, 680);
+  // A 900x600 screen's default layout: the details under the runs (MainWindow::fitDefaultLayout).
+  w.resize(855, 570);
+  w.resetLayout();
   save(w, dir + QStringLiteral("/main-window-small.png"));
 
   NewRunDialog dialog(&w);
