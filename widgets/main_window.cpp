@@ -761,6 +761,7 @@ QString MainWindow::launch(const run::RunConfig& config, const QString& root) {
   Job job;
   job.id = dir;
   job.label = q(config.name);
+  job.device = queueDevice(q(config.device));
   job.args = {QStringLiteral("train"),
               QStringLiteral("--config"),
               dir + QStringLiteral("/run.yaml"),

@@ -83,6 +83,10 @@ void RunQueue::setProgram(const QString& program) {
   m_program = program;
 }
 
+QString queueDevice(const QString& trainDevice) {
+  return trainDevice == QLatin1String("cuda") ? QStringLiteral("cuda:0") : trainDevice;
+}
+
 void RunQueue::setSlots(const QString& device, int n) {
   m_slots[device] = std::max(1, n);
   startReady();

@@ -449,4 +449,16 @@ TEST_CASE("the queue: a missing program fails the job, the queue goes on; output
   REQUIRE(queue.enqueue({"crash", "crash", {"-c", "kill -9 $$"}}));
   REQUIRE(fp4lab::testing::waitFor([&] { return finished.count() == 5; }, 10000));
   CHECK(queue.state("crash") == JobState::Crashed);
+  // Runs on other devices go at once; "cuda" is GPU 0's slot.
+  Job cpu{"on-cpu", "cpu", {"-c", "sleep 1"}};
+  Job gpu{"on-gpu", "gpu", {"-c", "sleep 1"}, queueDevice("cuda")};
+  Job gpu0{"on-gpu0", "gpu0", {"-c", "exit 0"}, queueDevice("cuda:0")};
+  Job gpu1{"on-gpu1", "gpu1", {"-c", "sleep 1"}, queueDevice("cuda:1")};
+  for (const Job& j : {cpu, gpu, gpu0, gpu1}) REQUIRE(queue.enqueue(j));
+  CHECK(queue.isRunning("on-cpu"));
+  CHECK(queue.isRunning("on-gpu"));
+  CHECK(queue.isRunning("on-gpu1"));
+  CHECK(queue.state("on-gpu0") == JobState::Queued);
+  REQUIRE(fp4lab::testing::waitFor([&] { return finished.count() == 9; }, 10000));
+  CHECK(queue.state("on-gpu0") == JobState::Finished);
 }

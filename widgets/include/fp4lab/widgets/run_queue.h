@@ -39,6 +39,10 @@ struct Job {
   QString workingDir;  // "" : the workbench's
 };
 
+// The queue's device for a run's train.device: "cpu", or "cuda:N" ("cuda" is GPU 0, where a run
+// of one process trains), so that a CPU run and a GPU run go at once, two runs on one GPU do not.
+QString queueDevice(const QString& trainDevice);
+
 enum class JobState { Queued, Running, Finished, Failed, Cancelled, Crashed };
 const char* toString(JobState state);
 
