@@ -35,7 +35,13 @@ rm -rf "$T"
 mkdir -p "$T"
 export LD_LIBRARY_PATH=$BUNDLE/lib:$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export FP4LAB_RESOURCES=$ROOT/resources
-"$FP4" train --list-keys > /dev/null || { echo "the bundled fp4lab does not start"; exit 1; }
+# This machine's libstdc++ first; the bundled one (Debian 12's, glibc >= 2.36) if that is too old.
+if ! "$FP4" train --list-keys > /dev/null 2> "$T/start.err"; then
+  cat "$T/start.err"
+  echo "retrying with the bundled libstdc++ (lib-gcc)"
+  export LD_LIBRARY_PATH=$BUNDLE/lib-gcc:$LD_LIBRARY_PATH
+  "$FP4" train --list-keys > /dev/null || { echo "the bundled fp4lab does not start"; exit 1; }
+fi
 COMMON=(model.path=builtin:tiny data.train=builtin:sft data.seq_len=128 train.batch_size=16
         train.max_steps=8 train.eval_every=4 train.eval_batches=2 data.validation_max=32
         optim.lr=1e-3 train.checkpoint_every=4 run.seed=7)
