@@ -3,9 +3,11 @@
 #include "train/device.h"
 
 #ifdef FP4LAB_TORCH_CUDA
+// LibTorch's CUDA API only: no call into the CUDA runtime from here, so the executable does not
+// need libcudart itself (LibTorch loads its own; the .deb would otherwise find two).
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <cuda_runtime_api.h>
 #endif
 
 #include "fp4lab/error.h"
@@ -60,9 +62,8 @@ int64_t peakDeviceMemory(const torch::Device& device) {
 std::string describeDevice(const torch::Device& device) {
   std::string text = device.str();
 #ifdef FP4LAB_TORCH_CUDA
-  cudaDeviceProp prop{};
-  if (device.is_cuda() && cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess)
-    text += std::string(" (") + prop.name + ")";
+  if (device.is_cuda())
+    text += std::string(" (") + at::cuda::getDeviceProperties(device.index())->name + ")";
 #endif
   return text;
 }
