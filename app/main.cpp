@@ -1,6 +1,10 @@
 // fp4lab's entry point: dispatches subcommands; errors print what, where and what to do, and
 // exit with code 2.
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -47,6 +51,30 @@ const fp4lab::cli::Command kCommands[] = {
      fp4lab::cli::runSensitivity},
 };
 
+// A desktop build cannot link tcmalloc (the window crashes with it under Qt's xcb platform:
+// app/CMakeLists.txt), yet the commands that train should run on it, as a headless build does
+// (docs/performance.md, "Allocator"): they start themselves again with it preloaded. Where the
+// library is missing, or FP4LAB_ALLOCATOR=glibc, or the restart fails, they go on with glibc.
+void preloadAllocatorForTraining(int argc, char** argv) {
+#ifdef FP4LAB_TCMALLOC_PRELOAD
+  static const char* const kTraining[] = {"train", "experiment", "sensitivity"};
+  bool trains = false;
+  for (const char* name : kTraining) trains = trains || (argc > 1 && !std::strcmp(argv[1], name));
+  const char* choice = std::getenv("FP4LAB_ALLOCATOR");
+  if (!trains || dlsym(RTLD_DEFAULT, "tc_malloc") || (choice && !std::strcmp(choice, "glibc")) ||
+      std::getenv("FP4LAB_ALLOCATOR_PRELOADED") || access(FP4LAB_TCMALLOC_PRELOAD, R_OK) != 0)
+    return;
+  std::string preload = FP4LAB_TCMALLOC_PRELOAD;
+  if (const char* other = std::getenv("LD_PRELOAD"); other && *other)
+    preload += ":" + std::string(other);
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  setenv("FP4LAB_ALLOCATOR_PRELOADED", "1", 1);  // never twice, whatever happens
+  execv("/proc/self/exe", argv);
+#else
+  (void)argc, (void)argv;
+#endif
+}
+
 void printHelp(FILE* out) {
   std::fprintf(out,
                "fp4lab %s: a workbench for taking language models to 4-bit floating point\n\n"
@@ -59,6 +87,7 @@ void printHelp(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  preloadAllocatorForTraining(argc, argv);
 #ifdef FP4LAB_WITH_WIDGETS
   // No command and a display: the window, as a desktop launcher starts it.
   if (argc < 2 && fp4lab::widgets::displayAvailable()) {

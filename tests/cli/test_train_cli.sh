@@ -39,7 +39,14 @@ grep -q '"state": "finished"' "$T/run/status.json" || fail "status is not finish
 grep -q "finished" "$T/inspect.txt" && grep -q "val_loss" "$T/inspect.txt" || fail "inspect: $(cat "$T/inspect.txt")"
 # The run says where it trained and how much memory it took.
 grep -q "start fp4lab train, recipe sft, .* on cpu" "$T/inspect.txt" || fail "inspect: no device: $(cat "$T/inspect.txt")"
-grep -Eq "memory peak resident memory [1-9][0-9]* MiB" "$T/inspect.txt" || fail "inspect: no peak memory: $(cat "$T/inspect.txt")"
+grep -Eq "memory peak resident memory [1-9][0-9]* MiB \(tcmalloc\)" "$T/inspect.txt" ||
+  fail "inspect: no peak memory, or not on tcmalloc: $(cat "$T/inspect.txt")"
+# FP4LAB_ALLOCATOR=glibc keeps glibc's allocator (a desktop build otherwise preloads tcmalloc).
+if ! readelf -d "$BIN" | grep -q tcmalloc; then
+  FP4LAB_ALLOCATOR=glibc "$BIN" train --config "$T/run.yaml" "${COMMON[@]}" train.max_steps=1 \
+    --output-dir "$T/glibc" > /dev/null 2>&1 || fail "train on glibc exited $?"
+  "$BIN" inspect "$T/glibc" | grep -q "(glibc malloc)" || fail "FP4LAB_ALLOCATOR=glibc: $("$BIN" inspect "$T/glibc" | grep memory)"
+fi
 
 # eval: chat rows and pre-tokenized rows, per example.
 printf '%s\n' '{"messages": [{"role": "user", "content": "What is 2 plus 2?"}, {"role": "assistant", "content": "Reasoning: two plus two is four. Answer: 4"}]}' \
