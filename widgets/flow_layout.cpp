@@ -8,6 +8,22 @@
 
 namespace fp4lab::widgets {
 
+namespace {
+
+// An item's width in a row: its size hint, but never under its minimum (a widget whose size
+// policy ignores its hint, such as an elided path label, has a hint of width 0).
+int widthOf(const QLayoutItem* item) {
+  return std::max(item->sizeHint().width(), item->minimumSize().width());
+}
+
+// QSizePolicy::Ignored: the item takes what is left of its row, as in a box layout.
+bool takesRest(const QLayoutItem* item) {
+  const QWidget* w = const_cast<QLayoutItem*>(item)->widget();
+  return w && (w->sizePolicy().horizontalPolicy() & QSizePolicy::IgnoreFlag);
+}
+
+}  // namespace
+
 FlowLayout::FlowLayout(QWidget* parent, int hSpacing, int vSpacing)
     : QLayout(parent), m_hSpacing(hSpacing), m_vSpacing(vSpacing) {
   setContentsMargins(0, 0, 0, 0);
@@ -69,7 +85,7 @@ QSize FlowLayout::sizeHint() const {
     const QLayoutItem* item = m_items[i];
     if (item->isEmpty()) continue;
     if (!first) width += m_hSpacing + m_gaps[i];
-    width += item->sizeHint().width();
+    width += widthOf(item);
     height = std::max(height, item->sizeHint().height());
     first = false;
   }
@@ -91,14 +107,24 @@ int FlowLayout::place(const QRect& rect, bool apply) const {
     for (int i = from; i < to; ++i)
       if (!m_items[i]->isEmpty()) rowHeight = std::max(rowHeight, m_items[i]->sizeHint().height());
     if (apply) {
-      int x = area.x();
+      // What the row leaves over goes to its items that take the rest.
+      int used = 0, takers = 0;
       bool first = true;
+      for (int i = from; i < to; ++i) {
+        if (m_items[i]->isEmpty()) continue;
+        used += (first ? 0 : m_hSpacing + m_gaps[i]) + widthOf(m_items[i]);
+        takers += takesRest(m_items[i]) ? 1 : 0;
+        first = false;
+      }
+      const int extra = takers > 0 ? std::max(0, area.width() - used) / takers : 0;
+      int x = area.x();
+      first = true;
       for (int i = from; i < to; ++i) {
         QLayoutItem* item = m_items[i];
         if (item->isEmpty()) continue;
         if (!first) x += m_hSpacing + m_gaps[i];
         const QSize hint = item->sizeHint();
-        const int w = std::min(hint.width(), area.width());
+        const int w = std::min(widthOf(item) + (takesRest(item) ? extra : 0), area.width());
         item->setGeometry(QRect(x, y + (rowHeight - hint.height()) / 2, w, hint.height()));
         x += w;
         first = false;
@@ -111,7 +137,7 @@ int FlowLayout::place(const QRect& rect, bool apply) const {
   for (int i = 0; i < m_items.size(); ++i) {
     const QLayoutItem* item = m_items[i];
     if (item->isEmpty()) continue;
-    const int w = item->sizeHint().width();
+    const int w = widthOf(item);
     const int advance = rowEmpty ? w : x + m_hSpacing + m_gaps[i] + w;
     if (!rowEmpty && advance > area.width()) {
       y += layRow(rowStart, i) + m_vSpacing;
