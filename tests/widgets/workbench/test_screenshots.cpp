@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <QDockWidget>
+#include <QSettings>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTimer>
@@ -49,6 +50,7 @@ TEST_CASE("screenshots of every view", "[.screenshots]") {
   REQUIRE(runs);
   REQUIRE(out);
   const QString dir = QString::fromUtf8(out);
+  QSettings().clear();  // the default layout, not what an earlier render left
   WorkbenchOptions options;
   options.roots = {QString::fromUtf8(runs)};
   options.program = QStringLiteral("/bin/false");
