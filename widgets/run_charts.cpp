@@ -108,6 +108,32 @@ QStringList shortLayerNames(const std::vector<std::string>& layers) {
   return out;
 }
 
+// Past this many layers a per-layer chart labels transformer blocks, not layers.
+constexpr int kMostLayerLabels = 48;
+
+// Consecutive runs of layers in one transformer block ("12.q_proj", "12.k_proj", ...): each
+// block's index and the position of its last layer. Empty when a name has no block index or a
+// block's layers are not contiguous (then there is nothing simpler to label).
+std::vector<std::pair<QString, int>> layerBlocks(const QStringList& names) {
+  std::vector<std::pair<QString, int>> blocks;
+  QSet<QString> seen;
+  for (int i = 0; i < names.size(); ++i) {
+    const int dot = names[i].indexOf(QLatin1Char('.'));
+    bool numeric = false;
+    if (dot > 0) names[i].left(dot).toInt(&numeric);
+    if (!numeric) return {};
+    const QString block = names[i].left(dot);
+    if (!blocks.empty() && blocks.back().first == block) {
+      blocks.back().second = i;
+      continue;
+    }
+    if (seen.contains(block)) return {};
+    seen.insert(block);
+    blocks.emplace_back(block, i);
+  }
+  return blocks;
+}
+
 }  // namespace
 
 // ---- Specs and colours --------------------------------------------------------------------------
@@ -398,13 +424,28 @@ std::unique_ptr<QChart> makeLayerChart(const LayerChartSpec& spec,
     set->setColor(colour);
     set->setBorderColor(colour);
   }
-  auto* x = new QBarCategoryAxis;
-  x->append(shortLayerNames(layers));
-  styleAxis(*x, QStringLiteral("layer (index.projection)"));
-  x->setLabelsAngle(-90);
-  x->setGridLineVisible(false);
-  chart->addAxis(x, Qt::AlignBottom);
-  bars->attachAxis(x);
+  const QStringList names = shortLayerNames(layers);
+  const std::vector<std::pair<QString, int>> blocks = layerBlocks(names);
+  if (names.size() > kMostLayerLabels && !blocks.empty()) {
+    // A real model has hundreds of layers: one label each would be an unreadable smear. Label
+    // the transformer blocks instead, with a grid line between them.
+    auto* x = new QCategoryAxis;
+    x->setLabelsPosition(QCategoryAxis::AxisLabelsPositionCenter);
+    x->setStartValue(-0.5);
+    for (const auto& [block, end] : blocks) x->append(block, end + 0.5);
+    x->setRange(-0.5, names.size() - 0.5);
+    styleAxis(*x, QStringLiteral("transformer block (bars: its projections in order)"));
+    chart->addAxis(x, Qt::AlignBottom);
+    bars->attachAxis(x);
+  } else {
+    auto* x = new QBarCategoryAxis;
+    x->append(names);
+    styleAxis(*x, QStringLiteral("layer (index.projection)"));
+    x->setLabelsAngle(-90);
+    x->setGridLineVisible(false);
+    chart->addAxis(x, Qt::AlignBottom);
+    bars->attachAxis(x);
+  }
   auto* y = new QValueAxis;
   styleAxis(*y, spec.yTitle);
   y->setRange(0, yMax > 0 ? yMax * 1.08 : 1);

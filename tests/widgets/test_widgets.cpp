@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <QApplication>
+#include <QBarCategoryAxis>
+#include <QCategoryAxis>
 #include <QImage>
 #include <QLegend>
 #include <QLegendMarker>
@@ -629,6 +631,53 @@ TEST_CASE("curves: NaN rows are left out; EMA, downsampling and log labels", "[w
   CHECK(detail::logAxisLabels(0.0516, 0.0547) ==
         std::vector<double>{0.052, 0.0525, 0.053, 0.0535, 0.054, 0.0545});
   CHECK(detail::logAxisLabels(0, 1).empty());
+}
+
+TEST_CASE("a per-layer chart labels layers, or transformer blocks when there are many",
+          "[widgets][charts]") {
+  ensureApplication();
+  auto ptqRun = [](int blocks) {
+    RunCurves run;
+    run.name = "ptq-nvfp4";
+    run.quantMetrics = {"rel_l2"};
+    run.quantSteps = {0};
+    for (int b = 0; b < blocks; ++b)
+      for (const char* proj : {"self_attn.q_proj", "self_attn.o_proj", "mlp.down_proj"})
+        run.quantLayers.push_back("model.layers." + std::to_string(b) + "." + proj);
+    for (size_t i = 0; i < run.quantLayers.size(); ++i)
+      run.quant["rel_l2"].push_back(0.1f + 0.001f * float(i));
+    return run;
+  };
+  auto bottomAxis = [](QChart& chart) {
+    const auto axes = chart.axes(Qt::Horizontal);
+    REQUIRE(axes.size() == 1);
+    return axes[0];
+  };
+  // 4 blocks x 3 projections: every layer is labelled.
+  auto few = makeLayerChart(layerErrorChartSpec(), {ptqRun(4)});
+  auto* names = qobject_cast<QBarCategoryAxis*>(bottomAxis(*few));
+  REQUIRE(names);
+  CHECK(names->count() == 12);
+  CHECK(names->at(4) == "1.o_proj");
+  // 30 blocks x 3 projections (90 bars) would be a smear of labels: one per block instead,
+  // spanning its three bars.
+  auto many = makeLayerChart(layerErrorChartSpec(), {ptqRun(30)});
+  auto* blocks = qobject_cast<QCategoryAxis*>(bottomAxis(*many));
+  REQUIRE(blocks);
+  CHECK(blocks->count() == 30);
+  CHECK(blocks->categoriesLabels().front() == "0");
+  CHECK(blocks->categoriesLabels().back() == "29");
+  CHECK(blocks->startValue("0") == -0.5);
+  CHECK(blocks->endValue("0") == 2.5);
+  CHECK(blocks->endValue("29") == 89.5);
+  const QImage image = renderChart(*many);
+  CHECK(countColour(image, many->plotArea().toAlignedRect(), runColour("ptq-nvfp4")) > 1000);
+  // Names without a block index keep one label per layer, however many.
+  RunCurves flat = ptqRun(30);
+  for (size_t i = 0; i < flat.quantLayers.size(); ++i)
+    flat.quantLayers[i] = "proj" + std::to_string(i);
+  auto plain = makeLayerChart(layerErrorChartSpec(), {flat});
+  CHECK(qobject_cast<QBarCategoryAxis*>(bottomAxis(*plain)));
 }
 
 TEST_CASE("run colours: fixed and distinct for the experiment's runs, stable for others",
