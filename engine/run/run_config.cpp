@@ -158,7 +158,7 @@ const std::vector<Binding>& table() {
                                  "optimizer steps (0: evaluate and save only; ptq never trains)")),
       bind(&C::evalEvery,
            integer("train.eval_every", 0, kMaxSteps,
-                   "validation loss every N steps (and at the end; 0: only at the end)")),
+                   "validation loss before the first step, every N steps and at the end (0: only at the end)")),
       bind(&C::evalBatches,
            integer("train.eval_batches", 1, 1e6, "validation batches per evaluation")),
       bind(&C::checkpointEvery,

@@ -202,6 +202,9 @@ TrainOutcome Trainer::run() {
     saveCheckpoint();
     return TrainOutcome::Finished;
   }
+  // Where the run starts from (the base model for SFT, the PTQ model for QAT and QAD), so that
+  // every curve begins at step 0. Not again on resume: the log holds it already.
+  if (m_state.step == 0 && m_config.evalEvery > 0) m_listener.onEval(evaluate());
   while (m_state.step < maxSteps) {
     if (anyRank(m_group, m_listener.stopRequested())) {
       saveCheckpoint();

@@ -29,7 +29,9 @@ assert kinds[0] == "started" and kinds[-1] == "finished", kinds
 steps = [e for e in events if e["event"] == "step"]
 assert [e["step"] for e in steps] == list(range(1, 9)), steps
 assert all(e["max_steps"] == 8 and e["loss"] > 0 and e["tok_per_s"] > 0 for e in steps)
-assert sum(k == "eval" for k in kinds) == 2 and sum(k == "checkpoint" for k in kinds) == 2, kinds
+evals = [e["step"] for e in events if e["event"] == "eval"]
+assert evals == [0, 4, 8], evals  # the starting model, every 4 steps, the end
+assert sum(k == "checkpoint" for k in kinds) == 2, kinds
 PY
 for f in run.yaml log.h5 status.json model/config.json checkpoints/step-8/trainer_state.json; do
   [ -e "$T/run/$f" ] || fail "missing $f in the run folder"

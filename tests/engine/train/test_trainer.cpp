@@ -42,6 +42,15 @@ std::vector<float> losses(const std::string& runDir) {
   return out;
 }
 
+// The steps of the run's evaluations and their validation losses.
+std::vector<std::pair<int64_t, double>> evaluations(const std::string& runDir) {
+  log::RunLogReader reader(runDir + "/log.h5");
+  std::vector<std::pair<int64_t, double>> out;
+  for (const auto& row : reader.readEval(0, reader.evalRows()))
+    out.emplace_back(row.step, row.values.at(0));
+  return out;
+}
+
 // Every file under `dir`, by its path relative to `dir`, with its bytes.
 std::map<std::string, std::string> folderContents(const fs::path& dir) {
   std::map<std::string, std::string> out;
@@ -160,6 +169,17 @@ TEST_CASE("A resumed run reproduces the uninterrupted run", "[train][resume]") {
   REQUIRE(a.size() == 20);
   REQUIRE(b.size() == 20);  // no duplicated steps in the log
   for (size_t i = 0; i < 20; ++i) CHECK(a[i] == b[i]);
+
+  // Validation before the first step (the starting model), every 5 steps and at the end; the
+  // resumed run does not evaluate step 0 again.
+  const auto evalA = evaluations(straight.runDir), evalB = evaluations(first.runDir);
+  std::vector<int64_t> steps;
+  for (const auto& [step, loss] : evalA) steps.push_back(step);
+  CHECK(steps == std::vector<int64_t>{0, 5, 10, 15, 20});
+  CHECK(evalA == evalB);
+  // The untrained model scores near ln(vocabulary): far above what 20 steps reach.
+  REQUIRE(evalA.size() == 5);
+  CHECK(evalA.front().second > evalA.back().second + 0.5);
 }
 
 TEST_CASE("A run resumed from its final checkpoint saves its model without a second evaluation",
