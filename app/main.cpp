@@ -1,6 +1,5 @@
 // fp4lab's entry point: dispatches subcommands; errors print what, where and what to do, and
 // exit with code 2.
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "fp4lab/common/system.h"
 #include "fp4lab/error.h"
 #ifdef FP4LAB_WITH_WIDGETS
 #include "fp4lab/widgets/workbench.h"
@@ -61,7 +61,7 @@ void preloadAllocatorForTraining(int argc, char** argv) {
   bool trains = false;
   for (const char* name : kTraining) trains = trains || (argc > 1 && !std::strcmp(argv[1], name));
   const char* choice = std::getenv("FP4LAB_ALLOCATOR");
-  if (!trains || dlsym(RTLD_DEFAULT, "tc_malloc") || (choice && !std::strcmp(choice, "glibc")) ||
+  if (!trains || fp4lab::usingTcmalloc() || (choice && !std::strcmp(choice, "glibc")) ||
       std::getenv("FP4LAB_ALLOCATOR_PRELOADED") || access(FP4LAB_TCMALLOC_PRELOAD, R_OK) != 0)
     return;
   std::string preload = FP4LAB_TCMALLOC_PRELOAD;

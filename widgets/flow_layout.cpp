@@ -18,7 +18,7 @@ int widthOf(const QLayoutItem* item) {
 
 // QSizePolicy::Ignored: the item takes what is left of its row, as in a box layout.
 bool takesRest(const QLayoutItem* item) {
-  const QWidget* w = const_cast<QLayoutItem*>(item)->widget();
+  const QWidget* w = item->widget();
   return w && (w->sizePolicy().horizontalPolicy() & QSizePolicy::IgnoreFlag);
 }
 

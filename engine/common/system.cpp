@@ -1,6 +1,7 @@
 // The cores this process may run on.
 #include "fp4lab/common/system.h"
 
+#include <dlfcn.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -23,6 +24,10 @@ int64_t peakResidentBytes() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return int64_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+bool usingTcmalloc() {
+  return dlsym(RTLD_DEFAULT, "tc_malloc") != nullptr;
 }
 
 namespace {

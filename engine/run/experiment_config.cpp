@@ -48,8 +48,9 @@ const std::vector<Binding>& table() {
       bind(&C::qatLr, rate("qat_lr", "QAT peak learning rate")),
       bind(&C::qadSteps, integer("qad_steps", 1, 1e9, "QAD steps from the SFT model")),
       bind(&C::qadLr, rate("qad_lr", "QAD peak learning rate")),
-      bind(&C::evalEvery,
-           integer("eval_every", 0, 1e9, "validation before the first step, every N steps and at the end (0: at the end only)")),
+      bind(&C::evalEvery, integer("eval_every", 0, 1e9,
+                                  "validation before the first step, every N steps and at the end "
+                                  "(0: at the end only)")),
       bind(&C::evalBatches, integer("eval_batches", 1, 1e6, "validation batches per evaluation")),
       bind(&C::taskItems,
            integer("task_items", 1, 1e6, "held-out items per task, graded by generation")),

@@ -156,9 +156,9 @@ const std::vector<Binding>& table() {
            integer("train.grad_accum", 1, 1 << 16, "micro-batches per optimizer step")),
       bind(&C::maxSteps, integer("train.max_steps", 0, kMaxSteps,
                                  "optimizer steps (0: evaluate and save only; ptq never trains)")),
-      bind(&C::evalEvery,
-           integer("train.eval_every", 0, kMaxSteps,
-                   "validation loss before the first step, every N steps and at the end (0: only at the end)")),
+      bind(&C::evalEvery, integer("train.eval_every", 0, kMaxSteps,
+                                  "validation loss before the first step, every N steps and at the "
+                                  "end (0: only at the end)")),
       bind(&C::evalBatches,
            integer("train.eval_batches", 1, 1e6, "validation batches per evaluation")),
       bind(&C::checkpointEvery,

@@ -2,7 +2,6 @@
 // status.json, feeds the HDF5 log and the JSON events from the training loop's reports.
 #include "fp4lab/run/runner.h"
 
-#include <dlfcn.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -274,10 +273,8 @@ void markFailedIfWriterDied(const std::string& runDir, int64_t maxSteps, const s
 // LibTorch held allocated there.
 std::string memoryNote(const torch::Device& device) {
   auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 20) + " MiB"; };
-  // tcmalloc exports tc_malloc beside malloc (linked, or preloaded by a desktop build's fp4lab).
-  const bool tcmalloc = dlsym(RTLD_DEFAULT, "tc_malloc") != nullptr;
   std::string note = "peak resident memory " + mib(peakResidentBytes()) + " (" +
-                     (tcmalloc ? "tcmalloc" : "glibc malloc") + ")";
+                     (usingTcmalloc() ? "tcmalloc" : "glibc malloc") + ")";
   const int64_t onDevice = train::peakDeviceMemory(device);
   if (onDevice >= 0) note += ", peak " + device.str() + " memory " + mib(onDevice);
   return note;

@@ -6,7 +6,6 @@
 //                    [--batch B] [--seq T] [--threads N]
 // prints one JSON line like train_step.py; bench_train.sh and bench_smollm2.sh put them side by
 // side.
-#include <dlfcn.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include "fp4lab/run/model.h"
+#include "fp4lab/common/system.h"
 #include "model/causal_lm.h"
 #include "model/fused_ops.h"
 #include "model/pretrained.h"
@@ -128,8 +128,7 @@ int main(int argc, char** argv) {
   double stepS = timed[timed.size() / 2];
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  // Which malloc this process runs on: tcmalloc exports tc_malloc beside malloc.
-  const bool tcmalloc = dlsym(RTLD_DEFAULT, "tc_malloc") != nullptr;
+  const bool tcmalloc = usingTcmalloc();
   nlohmann::json out = {{"impl", "fp4lab-cpp"},
                         {"recipe", recipeName},
                         {"bf16_gemm", model::bf16LinearInFp32() ? "fp32" : "bf16"},

@@ -14,6 +14,10 @@ int usableCores();
 // The most resident memory this process has held at once (getrusage's ru_maxrss), in bytes.
 int64_t peakResidentBytes();
 
+// Whether this process allocates through tcmalloc (linked, or preloaded: it exports tc_malloc
+// beside malloc) rather than glibc's malloc.
+bool usingTcmalloc();
+
 // How busy other programs keep this machine's cores: the CPU time the machine spent on anything
 // but this process (and, on a VM, the time its hypervisor gave to others: steal) between two
 // calls of sample(), in cores. NaN on the first call and where /proc cannot be read.
