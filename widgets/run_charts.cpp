@@ -426,26 +426,27 @@ std::unique_ptr<QChart> makeLayerChart(const LayerChartSpec& spec,
   }
   const QStringList names = shortLayerNames(layers);
   const std::vector<std::pair<QString, int>> blocks = layerBlocks(names);
+  QAbstractAxis* x;
   if (names.size() > kMostLayerLabels && !blocks.empty()) {
     // A real model has hundreds of layers: one label each would be an unreadable smear. Label
     // the transformer blocks instead, with a grid line between them.
-    auto* x = new QCategoryAxis;
-    x->setLabelsPosition(QCategoryAxis::AxisLabelsPositionCenter);
-    x->setStartValue(-0.5);
-    for (const auto& [block, end] : blocks) x->append(block, end + 0.5);
-    x->setRange(-0.5, names.size() - 0.5);
-    styleAxis(*x, QStringLiteral("transformer block (bars: its projections in order)"));
-    chart->addAxis(x, Qt::AlignBottom);
-    bars->attachAxis(x);
+    auto* byBlock = new QCategoryAxis;
+    byBlock->setLabelsPosition(QCategoryAxis::AxisLabelsPositionCenter);
+    byBlock->setStartValue(-0.5);
+    for (const auto& [block, end] : blocks) byBlock->append(block, end + 0.5);
+    byBlock->setRange(-0.5, names.size() - 0.5);
+    styleAxis(*byBlock, QStringLiteral("transformer block (bars: its projections in order)"));
+    x = byBlock;
   } else {
-    auto* x = new QBarCategoryAxis;
-    x->append(names);
-    styleAxis(*x, QStringLiteral("layer (index.projection)"));
-    x->setLabelsAngle(-90);
-    x->setGridLineVisible(false);
-    chart->addAxis(x, Qt::AlignBottom);
-    bars->attachAxis(x);
+    auto* byLayer = new QBarCategoryAxis;
+    byLayer->append(names);
+    styleAxis(*byLayer, QStringLiteral("layer (index.projection)"));
+    byLayer->setLabelsAngle(-90);
+    byLayer->setGridLineVisible(false);
+    x = byLayer;
   }
+  chart->addAxis(x, Qt::AlignBottom);
+  bars->attachAxis(x);
   auto* y = new QValueAxis;
   styleAxis(*y, spec.yTitle);
   y->setRange(0, yMax > 0 ? yMax * 1.08 : 1);
