@@ -903,6 +903,9 @@ void QuantInspector::refreshLayerChart() {
     const double yp = y1 > y0 ? 0.08 * (y1 - y0) : std::max(1e-6, 0.05 * std::fabs(y0));
     xs.front()->setRange(x0 - xp, x1 + xp);
     ys.front()->setRange(y0 - yp, y1 + yp);
+    // Ticks on round steps and values, not at the padded range's ends (-0.45, 3.525, ...).
+    for (QAbstractAxis* axis : {xs.front(), ys.front()})
+      if (auto* v = qobject_cast<QValueAxis*>(axis)) v->applyNiceNumbers();
     if (auto* x = qobject_cast<QValueAxis*>(xs.front())) x->setLabelFormat(QStringLiteral("%g"));
     if (auto* y = qobject_cast<QValueAxis*>(ys.front())) y->setLabelFormat(QStringLiteral("%.4g"));
   }

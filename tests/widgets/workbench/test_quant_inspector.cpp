@@ -9,6 +9,7 @@
 #include <QFile>
 #include <QHeaderView>
 #include <QChartView>
+#include <QValueAxis>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -351,6 +352,16 @@ TEST_CASE("inspector layer view: the block map read off the GUI thread, or why t
   QSignalSpy loaded(&inspector, &QuantInspector::layerBlocksLoaded);
   inspector.showLayer(0, 1);  // step 10
   REQUIRE(waitFor([&] { return loaded.count() == 1; }));
+  // The metric against the step: ticks on whole steps, not at the padded range's ends.
+  auto* metricView = inspector.findChild<QChartView*>(QStringLiteral("layer metric chart"));
+  REQUIRE(metricView);
+  const auto stepAxes = metricView->chart()->axes(Qt::Horizontal);
+  REQUIRE(stepAxes.size() == 1);
+  auto* steps = qobject_cast<QValueAxis*>(stepAxes.front());
+  REQUIRE(steps);
+  CHECK(steps->min() == std::floor(steps->min()));
+  CHECK(steps->max() == std::floor(steps->max()));
+  CHECK(steps->min() < steps->max());
   HeatmapWidget* blocks = inspector.layerBlocks();
   REQUIRE(blocks->hasData());
   REQUIRE(blocks->rows() * blocks->cols() == 12);
