@@ -118,4 +118,12 @@ void attentionScoreGrad(const float* p, const float* dp, const float* delta, int
   active()->attentionScoreGrad(p, dp, delta, firstRow, rows, cols, ds);
 }
 
+void convert(Type from, const void* x, Type to, void* y, int64_t n) {
+  active()->convert(from, x, to, y, n);
+}
+
+void clipGradient(Type type, const void* grad, const void* x, float clip, void* out, int64_t n) {
+  active()->clipGradient(type, grad, x, clip, out, n);
+}
+
 }  // namespace fp4lab::model::fused

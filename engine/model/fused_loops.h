@@ -87,6 +87,12 @@ void klForward(const KlArgs& args, float* stats, float* kl);
 // p = exp(t invT - stats[0] - stats[1]); ds in args.type.
 void klBackward(const KlArgs& args, const float* stats, const float* scale, void* ds);
 
+// y = x in y's type, n elements: bf16 widened exactly, fp32 rounded to bf16 (nearest even, NaN
+// stays NaN), the same type copied.
+void convert(Type from, const void* x, Type to, void* y, int64_t n);
+// The clipped straight-through gradient, n elements of one type: out = grad where |x| <= clip,
+// 0 where |x| > clip (a NaN in x passes grad on).
+void clipGradient(Type type, const void* grad, const void* x, float clip, void* out, int64_t n);
 // Which variant runs ("avx512", "avx2" or "generic"), and a switch for tests that compare them
 // (nullptr restores the automatic choice). Not thread-safe: set it before running anything.
 const char* isaName();

@@ -356,11 +356,13 @@ void klBackwardRows(const T* t, const T* s, int64_t rows, int64_t cols, float in
     const T* tr = t + r * cols;
     const T* sr = s + r * cols;
     T* dr = ds + r * cols;
-    const float shiftT = stats[4 * r] + stats[4 * r + 1], shiftS = stats[4 * r + 2] + stats[4 * r + 3];
+    const float shiftT = stats[4 * r] + stats[4 * r + 1],
+                shiftS = stats[4 * r + 2] + stats[4 * r + 3];
     const float k = scale[r];
     for (int64_t j = 0; j < cols; ++j)
-      store(dr, j,
-            k * (expClamped(load(sr, j) * invT - shiftS) - expClamped(load(tr, j) * invT - shiftT)));
+      store(
+          dr, j,
+          k * (expClamped(load(sr, j) * invT - shiftS) - expClamped(load(tr, j) * invT - shiftT)));
   }
 }
 
@@ -382,12 +384,51 @@ void klBackward(const KlArgs& args, const float* stats, const float* scale, void
                    args.cols, args.invT, stats, scale, static_cast<bf16*>(ds));
 }
 
+template <typename X, typename Y>
+void convertLoop(const X* x, Y* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) store(y, i, load(x, i));
+}
+
+void convert(Type from, const void* x, Type to, void* y, int64_t n) {
+  if (from == to) {
+    std::memcpy(y, x, size_t(n) * (from == Type::F32 ? sizeof(float) : sizeof(bf16)));
+  } else if (from == Type::BF16) {
+    convertLoop(static_cast<const bf16*>(x), static_cast<float*>(y), n);
+  } else {
+    convertLoop(static_cast<const float*>(x), static_cast<bf16*>(y), n);
+  }
+}
+
+template <typename T>
+void clipGradientLoop(const T* grad, const T* x, float clip, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = std::fabs(load(x, i)) > clip ? T(0) : grad[i];
+}
+
+void clipGradient(Type type, const void* grad, const void* x, float clip, void* out, int64_t n) {
+  if (type == Type::F32)
+    clipGradientLoop(static_cast<const float*>(grad), static_cast<const float*>(x), clip,
+                     static_cast<float*>(out), n);
+  else
+    clipGradientLoop(static_cast<const bf16*>(grad), static_cast<const bf16*>(x), clip,
+                     static_cast<bf16*>(out), n);
+}
+
 #define FUSED_STRING2(x) #x
 #define FUSED_STRING(x) FUSED_STRING2(x)
 extern const LoopTable kTable;
-const LoopTable kTable{FUSED_STRING(FUSED_ISA), rmsNormForward, rmsNormBackward, swigluForward,
-                       swigluBackward,          ropeForward,    ropeBackward,    attentionProbs,
-                       attentionScoreGrad,      klForward,      klBackward};
+const LoopTable kTable{FUSED_STRING(FUSED_ISA),
+                       rmsNormForward,
+                       rmsNormBackward,
+                       swigluForward,
+                       swigluBackward,
+                       ropeForward,
+                       ropeBackward,
+                       attentionProbs,
+                       attentionScoreGrad,
+                       klForward,
+                       klBackward,
+                       convert,
+                       clipGradient};
 #undef FUSED_STRING
 #undef FUSED_STRING2
 

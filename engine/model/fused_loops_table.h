@@ -20,6 +20,8 @@ struct LoopTable {
                              uint16_t*);
   void (*klForward)(const KlArgs&, float*, float*);
   void (*klBackward)(const KlArgs&, const float*, const float*, void*);
+  void (*convert)(Type, const void*, Type, void*, int64_t);
+  void (*clipGradient)(Type, const void*, const void*, float, void*, int64_t);
 };
 
 }  // namespace fp4lab::model::fused

@@ -2,15 +2,17 @@
 #include "quant/fake_quant.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "fp4lab/error.h"
-#include "fp4lab/io/dtype.h"
+#include "model/fused_loops.h"
 #ifdef FP4LAB_HAVE_CUDA_KERNELS
 #include "fp4lab/kernels/fp4_cuda.h"
 #endif
@@ -19,23 +21,22 @@ namespace fp4lab::quant {
 
 namespace {
 
-// c10::BFloat16's rounding, over a buffer. (Widening is io::convertToFloat32, exact.)
-void narrowToBf16(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = io::floatToBf16(in[i]);
-}
-
 // Fake quantization of a CPU tensor a few rows at a time, each piece widened (BF16), measured
-// (max |x|) and fake-quantized while it is in cache, and the result narrowed back to the input's
-// dtype: one read and one write of the tensor in memory, instead of a widening copy, a separate
-// amax pass, the kernel's own pass and a narrowing copy. Per row (and per 16-row tile) the kernels
-// compute exactly what they compute on the whole tensor (stochastic rounding is keyed by the
-// element's index in the tensor: each piece offsets it), so the result is bit-identical. Needs the
-// tensor amax up front (NVFP4) and no statistics.
+// (max |x|) and fake-quantized while it is in cache, and the result narrowed to the output's dtype
+// (BF16 output of an fp32 input: the fp32 result rounded once, as a cast after it would): one read
+// and one write of the tensor in memory, instead of a widening copy, a separate amax pass, the
+// kernel's own pass and a narrowing copy. Per row (and per 16-row tile) the kernels compute
+// exactly what they compute on the whole tensor (stochastic rounding is keyed by the element's
+// index in the tensor: each piece offsets it), so the result is bit-identical. Needs the tensor
+// amax up front (NVFP4) and no statistics.
 torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& config, float amax,
-                                   int64_t rows, int64_t cols, float* inputAbsMax) {
-  const bool bf16 = x.scalar_type() == torch::kBFloat16;
+                                   int64_t rows, int64_t cols, float* inputAbsMax,
+                                   torch::ScalarType outType) {
+  using model::fused::Type;
+  const bool bf16In = x.scalar_type() == torch::kBFloat16;
+  const bool bf16Out = outType == torch::kBFloat16;
   const torch::Tensor in = x.contiguous();
-  torch::Tensor out = torch::empty_like(in);
+  torch::Tensor out = torch::empty(in.sizes(), in.options().dtype(outType));
   // ~32 K elements (128 KB in fp32) per piece; a multiple of 16 rows keeps 16x16 tiles whole.
   const int64_t pieceRows = std::max<int64_t>(16, (32768 / cols) / 16 * 16);
   const int64_t pieces = (rows + pieceRows - 1) / pieceRows;
@@ -43,19 +44,23 @@ torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& con
   if (pieces == 0) return out.view(x.sizes());
   std::vector<float> pieceAbsMax(static_cast<size_t>(pieces), 0.0f);
   std::vector<std::string> pieceError(static_cast<size_t>(pieces));  // errors are per thread
+  const auto* inBytes = static_cast<const char*>(in.data_ptr());
+  auto* outBytes = static_cast<char*>(out.data_ptr());
+  const int64_t inSize = int64_t(in.element_size()), outSize = int64_t(out.element_size());
   at::parallel_for(0, pieces, 1, [&](int64_t begin, int64_t end) {
-    // The piece's fp32 copy, fake-quantized in place (the kernels allow y == x); not zeroed.
-    std::unique_ptr<float[]> wide(bf16 ? new float[size_t(pieceRows * cols)] : nullptr);
+    // The piece in fp32 where either end is BF16, fake-quantized in place (the kernels allow
+    // y == x); not zeroed.
+    std::unique_ptr<float[]> wide(bf16In || bf16Out ? new float[size_t(pieceRows * cols)]
+                                                    : nullptr);
     for (int64_t p = begin; p < end; ++p) {
       const int64_t r0 = p * pieceRows, n = std::min(pieceRows, rows - r0) * cols;
-      const float* src;
-      float* dst;
-      if (bf16) {
-        io::convertToFloat32(io::DType::BF16, in.data_ptr<at::BFloat16>() + r0 * cols, size_t(n),
-                             wide.get());
-        src = dst = wide.get();
-      } else {
-        src = in.data_ptr<float>() + r0 * cols, dst = out.data_ptr<float>() + r0 * cols;
+      const void* pieceIn = inBytes + r0 * cols * inSize;
+      void* pieceOut = outBytes + r0 * cols * outSize;
+      const float* src = static_cast<const float*>(pieceIn);
+      float* dst = bf16Out ? wide.get() : static_cast<float*>(pieceOut);
+      if (bf16In) {
+        model::fused::convert(Type::BF16, pieceIn, Type::F32, wide.get(), n);
+        src = wide.get();
       }
       if (inputAbsMax) pieceAbsMax[size_t(p)] = fp4_tensor_amax(src, n);
       fp4_config piece = config;
@@ -63,8 +68,7 @@ torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& con
       if (fp4_fake_quantize(&piece, src, n / cols, cols, amax, dst, nullptr, nullptr, nullptr) !=
           FP4_OK)
         pieceError[size_t(p)] = fp4_last_error();
-      if (bf16)
-        narrowToBf16(dst, reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + r0 * cols, n);
+      if (bf16Out) model::fused::convert(Type::F32, dst, Type::BF16, pieceOut, n);
     }
   });
   for (const std::string& e : pieceError)
@@ -76,7 +80,8 @@ torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& con
 }  // namespace
 
 torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, float amax,
-                           fp4_error_stats* stats, torch::Tensor* blockSqErr, float* inputAbsMax) {
+                           fp4_error_stats* stats, torch::Tensor* blockSqErr, float* inputAbsMax,
+                           std::optional<torch::ScalarType> resultType) {
   const int64_t block = fp4_block_size(config.format);
   if (!x.defined() || x.dim() < 1 || !x.is_floating_point())
     throw Error("fake quantization needs a floating-point tensor", "quant");
@@ -86,9 +91,22 @@ torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, flo
                     std::to_string(block) + "-element block",
                 "quant", "exclude this layer from quantization (quant.exclude)");
   const int64_t rows = x.numel() / cols;
-  if (x.is_cpu() && !stats && !blockSqErr && (amax >= 0 || config.format == FP4_FORMAT_MXFP4) &&
-      (x.scalar_type() == torch::kBFloat16 || (x.scalar_type() == torch::kFloat && inputAbsMax)))
-    return fakeQuantizeInPieces(x, config, amax, rows, cols, inputAbsMax);
+  const torch::ScalarType outType = resultType.value_or(x.scalar_type());
+  if (outType != x.scalar_type() &&
+      !(outType == torch::kBFloat16 && x.scalar_type() == torch::kFloat))
+    throw Error("fake quantization returns its input's dtype, or BF16 for an fp32 input", "quant");
+  const bool pieceTypes =
+      x.scalar_type() == torch::kBFloat16 ||
+      (x.scalar_type() == torch::kFloat && (inputAbsMax || outType == torch::kBFloat16));
+  if (x.is_cpu() && !stats && !blockSqErr && pieceTypes) {
+    // NVFP4 measuring its own amax: one vectorized pass first (what the kernels measure), then
+    // the pieces.
+    if (amax < 0 && config.format == FP4_FORMAT_NVFP4 && x.scalar_type() == torch::kFloat &&
+        x.is_contiguous())
+      amax = fp4_tensor_amax(x.data_ptr<float>(), x.numel());
+    if (amax >= 0 || config.format == FP4_FORMAT_MXFP4)
+      return fakeQuantizeInPieces(x, config, amax, rows, cols, inputAbsMax, outType);
+  }
   torch::Tensor in = x.to(torch::kFloat).contiguous();
   torch::Tensor out = torch::empty_like(in);
   float* blocks = nullptr;
@@ -122,7 +140,7 @@ torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, flo
   }
   if (status != FP4_OK) throw Error(fp4_last_error(), "quant");
   if (stats) fp4_stats_merge(stats, &local);
-  if (x.scalar_type() != torch::kFloat) out = out.to(x.scalar_type());
+  if (outType != torch::kFloat) out = out.to(outType);
   return out.view(x.sizes());
 }
 
@@ -137,24 +155,29 @@ using torch::autograd::tensor_list;
 // masked; the training loop stops on the non-finite loss they cause.)
 class FakeQuantFunction : public torch::autograd::Function<FakeQuantFunction> {
  public:
+  // bf16Result: an fp32 x comes out in BF16 (see resultType below); its gradient goes back in fp32.
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
                                const fp4_config* config, double amax, bool clipped,
-                               fp4_error_stats* stats) {
+                               fp4_error_stats* stats, bool bf16Result) {
     const bool clip = clipped && std::isfinite(amax) && amax >= 0;
     float inputAbsMax = 0;
     torch::Tensor y =
-        fakeQuantize(x, *config, float(amax), stats, nullptr, clip ? &inputAbsMax : nullptr);
+        fakeQuantize(x, *config, float(amax), stats, nullptr, clip ? &inputAbsMax : nullptr,
+                     bf16Result ? std::optional(torch::kBFloat16) : std::nullopt);
     const bool mask = clip && double(inputAbsMax) > amax;
     ctx->saved_data["clip"] = mask ? amax : -1.0;
+    ctx->saved_data["x_type"] = static_cast<int64_t>(x.scalar_type());
     if (mask) ctx->save_for_backward({x});
     return y;
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list gradOutputs) {
-    torch::Tensor grad = gradOutputs[0];
+    const auto xType = static_cast<torch::ScalarType>(ctx->saved_data["x_type"].toInt());
+    torch::Tensor grad = gradOutputs[0].to(xType);
     const double clip = ctx->saved_data["clip"].toDouble();
     if (clip >= 0) grad = clipGradient(grad, ctx->get_saved_variables()[0], float(clip));
-    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad,           torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 
  private:
@@ -166,14 +189,15 @@ class FakeQuantFunction : public torch::autograd::Function<FakeQuantFunction> {
       return grad.masked_fill(x.abs() > clip, 0);
     torch::Tensor g = grad.contiguous(), v = x.contiguous();
     torch::Tensor out = torch::empty_like(g);
-    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, g.scalar_type(), "clipGradient", [&] {
-      const scalar_t* gp = g.data_ptr<scalar_t>();
-      const scalar_t* xp = v.data_ptr<scalar_t>();
-      scalar_t* op = out.data_ptr<scalar_t>();
-      at::parallel_for(0, g.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-          op[i] = std::abs(float(xp[i])) > clip ? scalar_t(0) : gp[i];
-      });
+    const model::fused::Type type =
+        g.scalar_type() == torch::kFloat ? model::fused::Type::F32 : model::fused::Type::BF16;
+    const int64_t elementSize = int64_t(g.element_size());
+    const auto* gp = static_cast<const char*>(g.data_ptr());
+    const auto* xp = static_cast<const char*>(v.data_ptr());
+    auto* op = static_cast<char*>(out.data_ptr());
+    at::parallel_for(0, g.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+      model::fused::clipGradient(type, gp + begin * elementSize, xp + begin * elementSize, clip,
+                                 op + begin * elementSize, end - begin);
     });
     return out;
   }
@@ -199,6 +223,18 @@ struct LastInput {
   }
 };
 thread_local LastInput t_lastInput;
+
+// max |w| over the finite elements, as the kernels measure a tensor amax: the kernels' one
+// vectorized pass for a CPU fp32 tensor (a master weight, every step of QAT), torch ops otherwise.
+float finiteAbsMax(const torch::Tensor& weight) {
+  const torch::Tensor w = weight.detach();
+  if (w.is_cpu() && w.scalar_type() == torch::kFloat && w.is_contiguous())
+    return fp4_tensor_amax(w.data_ptr<float>(), w.numel());
+  torch::NoGradGuard noGrad;
+  torch::Tensor abs = w.abs().to(torch::kFloat);
+  abs = torch::where(torch::isfinite(abs), abs, torch::zeros_like(abs));
+  return abs.numel() ? abs.max().item<float>() : 0.0f;
+}
 
 }  // namespace
 
@@ -250,11 +286,7 @@ float SharedTensorScale::amax(bool frozen) const {
       if (!linear) continue;
       const torch::Tensor& w = linear->weight;
       if (m.data != w.data_ptr() || m.version != w._version()) {
-        // max |w| over the finite elements, as the kernels measure a tensor amax.
-        torch::NoGradGuard noGrad;
-        torch::Tensor abs = w.detach().abs().to(torch::kFloat);
-        abs = torch::where(torch::isfinite(abs), abs, torch::zeros_like(abs));
-        m.amax = abs.numel() ? abs.max().item<float>() : 0.0f;
+        m.amax = finiteAbsMax(w);
         m.data = w.data_ptr();
         m.version = w._version();
       }
@@ -284,23 +316,41 @@ float FakeQuantizer::effectiveAmax() const {
   return m_shared ? m_shared->amax(false) : -1.0f;
 }
 
+namespace {
+
+// What a quantizer hands its linear layer: under BF16 autocast on the CPU the linear computes in
+// BF16 and would cast an fp32 result first, so the pieces narrow it while it is in cache instead
+// (the same bits, one pass over memory fewer). Otherwise x's own dtype.
+std::optional<torch::ScalarType> resultType(const torch::Tensor& x) {
+  if (x.is_cpu() && x.scalar_type() == torch::kFloat &&
+      at::autocast::is_autocast_enabled(at::kCPU) &&
+      at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16)
+    return torch::kBFloat16;
+  return std::nullopt;
+}
+
+}  // namespace
+
 torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
   if (m_calibrating) {
     m_amax = std::max(m_amax, x.detach().abs().max().item<float>());
     return x;
   }
   const float amax = effectiveAmax();
+  const std::optional<torch::ScalarType> outType = resultType(x);
   const bool clipped = m_backward == Backward::ClippedStraightThrough;
   const bool grad = torch::GradMode::is_enabled() && x.requires_grad();
   if (m_role == Role::Input) {
     LastInput& last = t_lastInput;
-    if (!last.matches(x, m_config, amax, clipped, grad) || (m_measuring && !last.measured)) {
+    if (!last.matches(x, m_config, amax, clipped, grad) || (m_measuring && !last.measured) ||
+        last.output.scalar_type() != outType.value_or(x.scalar_type())) {
       last = LastInput();
       fp4_stats_clear(&last.stats);
       // Statistics cost a slower kernel path: only while someone measures.
       fp4_error_stats* stats = m_measuring ? &last.stats : nullptr;
-      last.output = grad ? FakeQuantFunction::apply(x, &m_config, double(amax), clipped, stats)
-                         : fakeQuantize(x, m_config, amax, stats);
+      last.output = grad ? FakeQuantFunction::apply(x, &m_config, double(amax), clipped, stats,
+                                                    outType.has_value())
+                         : fakeQuantize(x, m_config, amax, stats, nullptr, nullptr, outType);
       last.measured = m_measuring;
       last.input = x;
       last.version = x._version();
@@ -314,13 +364,14 @@ torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
   }
   if (grad) {
     m_cached = torch::Tensor();
-    return FakeQuantFunction::apply(x, &m_config, double(amax), clipped, nullptr);
+    return FakeQuantFunction::apply(x, &m_config, double(amax), clipped, nullptr,
+                                    outType.has_value());
   }
   // A weight unchanged since the last no-grad call (same storage, same version): reuse it.
   if (m_cached.defined() && m_cachedData == x.data_ptr() && m_cachedVersion == x._version() &&
-      m_cachedAmax == amax && m_cached.scalar_type() == x.scalar_type())
+      m_cachedAmax == amax && m_cached.scalar_type() == outType.value_or(x.scalar_type()))
     return m_cached;
-  m_cached = fakeQuantize(x, m_config, amax);
+  m_cached = fakeQuantize(x, m_config, amax, nullptr, nullptr, nullptr, outType);
   m_cachedData = x.data_ptr();
   m_cachedVersion = x._version();
   m_cachedAmax = amax;

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,14 @@ enum class Backward {
 
 // Fake-quantizes x along its last dimension (which must be a multiple of the block size): any
 // floating dtype, CPU or CUDA, any leading shape. `amax` is the NVFP4 per-tensor amax (< 0: measure
-// it from x; MXFP4 ignores it). Returns fp32 for fp32 input, else x's dtype. No autograd.
+// it from x; MXFP4 ignores it). Returns x's dtype, or `resultType` BF16 for an fp32 x: the fp32
+// result rounded once to BF16 (what a cast after it gives, without the fp32 tensor). No autograd.
 // Optional outputs: whole-tensor statistics (merged into *stats) and per-block squared errors
 // (fp32 [rows * cols / block], on x's device), and max |x| over the finite elements.
 torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, float amax,
                            fp4_error_stats* stats = nullptr, torch::Tensor* blockSqErr = nullptr,
-                           float* inputAbsMax = nullptr);
+                           float* inputAbsMax = nullptr,
+                           std::optional<torch::ScalarType> resultType = std::nullopt);
 
 // Drops the calling thread's memo of the last fake-quantized input (see FakeQuantizer::apply):
 // releases the tensors it holds. Harmless to call at any time.

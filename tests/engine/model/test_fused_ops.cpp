@@ -45,6 +45,15 @@ bool bitEqual(const torch::Tensor& a, const torch::Tensor& b) {
          torch::equal(a.view(torch::kByte), b.view(torch::kByte));
 }
 
+// Bit for bit except that any NaN matches any NaN (LibTorch's vectorized casts write bf16 NaN as
+// 0xFFFF, its scalar ones and fp4lab's as 0x7FC0).
+bool bitEqualOrBothNan(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+  const torch::Tensor nanA = a.isnan(), nanB = b.isnan();
+  return torch::equal(nanA, nanB) &&
+         bitEqual(a.masked_fill(nanA, 0).contiguous(), b.masked_fill(nanB, 0).contiguous());
+}
+
 struct RmsCase {
   int64_t rows, dim;
   double scale;
@@ -227,6 +236,63 @@ TEST_CASE("fused loops: every instruction-set variant gives the same bits", "[mo
     fused::forceIsa(name.c_str());
     const std::vector<torch::Tensor> got = run(900);
     for (size_t i = 0; i < got.size(); ++i) CHECK(bitEqual(got[i], expected[i]));
+  }
+  fused::forceIsa(nullptr);
+}
+
+TEST_CASE("fused convert and clipGradient: LibTorch's casts and masked_fill, in every variant",
+          "[model][fused]") {
+  std::vector<std::string> variants;
+  for (const char* name : {"generic", "avx2", "avx512"}) {
+    try {
+      fused::forceIsa(name);
+      variants.push_back(name);
+    } catch (const std::invalid_argument&) {
+      WARN("this CPU cannot run the " << name << " variant; not checked");
+    }
+  }
+  REQUIRE(!variants.empty());
+  const float special[] = {0.0f,
+                           -0.0f,
+                           INFINITY,
+                           -INFINITY,
+                           NAN,
+                           -NAN,
+                           1e-40f,
+                           -3e-39f,
+                           3.3895e38f,
+                           1.0f + 0x1p-8f,
+                           1.0f + 0x1p-7f + 0x1p-8f,
+                           0.75f,
+                           -0.75f};
+  for (const std::string& name : variants) {
+    fused::forceIsa(name.c_str());
+    for (const int64_t n : {0, 1, 15, 16, 17, 1000, 4099}) {
+      for (const double scale : {1e-3, 1.0, 1e30}) {
+        INFO("variant " << name << ", " << n << " elements, scale " << scale);
+        torch::Tensor x = randn({n}, scale, uint64_t(n) * 7 + 1).to(torch::kFloat);
+        for (int64_t i = 0; i < n && i < int64_t(std::size(special)); ++i)
+          x[i * 3 % n] = special[i];
+        // fp32 -> bf16 (nearest even, NaN kept) and back.
+        torch::Tensor narrow = torch::empty({n}, torch::kBFloat16);
+        fused::convert(fused::Type::F32, x.data_ptr(), fused::Type::BF16, narrow.data_ptr(), n);
+        CHECK(bitEqualOrBothNan(narrow, x.to(torch::kBFloat16)));
+        torch::Tensor wide = torch::empty({n}, torch::kFloat);
+        fused::convert(fused::Type::BF16, narrow.data_ptr(), fused::Type::F32, wide.data_ptr(), n);
+        CHECK(bitEqualOrBothNan(wide, narrow.to(torch::kFloat)));
+        // The clipped gradient at a clip inside the data's range, in both types.
+        const torch::Tensor grad = randn({n}, 1.0, uint64_t(n) * 7 + 2).to(torch::kFloat);
+        const float clip = float(scale * 0.8);
+        for (const torch::ScalarType type : {torch::kFloat, torch::kBFloat16}) {
+          const torch::Tensor g = grad.to(type), v = x.to(type);
+          torch::Tensor out = torch::empty({n}, type);
+          fused::clipGradient(type == torch::kFloat ? fused::Type::F32 : fused::Type::BF16,
+                              g.data_ptr(), v.data_ptr(), clip, out.data_ptr(), n);
+          // |x| compared in fp32 (LibTorch would round the clip to bf16 for a bf16 tensor).
+          CHECK(bitEqual(out, g.masked_fill(v.to(torch::kFloat).abs() > clip, 0)));
+        }
+      }
+    }
   }
   fused::forceIsa(nullptr);
 }

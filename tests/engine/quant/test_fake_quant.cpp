@@ -5,6 +5,8 @@
 #include "quant/quantize_model.h"
 #include "train/recipe.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -142,6 +144,92 @@ TEST_CASE("BF16 inputs are quantized exactly and come back in BF16", "[quant][dt
   CHECK(torch::isnan(y).equal(torch::isnan(ref)));
   CHECK(torch::nan_to_num(y).equal(torch::nan_to_num(ref)));
   CHECK(inputAbsMax == x.to(torch::kFloat).nan_to_num(0, 0, 0).abs().max().item<float>());
+}
+
+TEST_CASE("fp32 inputs can come back in BF16: the fp32 result rounded once", "[quant][dtype]") {
+  // What a quantizer hands a linear layer under BF16 autocast (its weights are fp32 masters): the
+  // same bits as quantizing in fp32 and casting after, with the amax given, measured (-1) or asked
+  // for, across pieces, ragged pieces, 16x16 tiles and stochastic rounding.
+  torch::manual_seed(12);
+  for (fp4_format format : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+    for (int variant : {0, 1, 2}) {
+      if (variant == 1 && format == FP4_FORMAT_MXFP4) continue;
+      fp4_config cfg = configFor(format, variant == 1);
+      if (variant == 2) cfg.rounding = FP4_ROUNDING_STOCHASTIC, cfg.seed = 7, cfg.seed_offset = 3;
+      for (auto shape : {std::vector<int64_t>{8, 64}, {1536, 576}, {3, 700, 64}, {37, 4096}}) {
+        torch::Tensor x = torch::randn(shape) * std::exp(torch::randn({1}).item<double>() * 3);
+        x.view({-1}).index_put_({1}, std::numeric_limits<float>::quiet_NaN());
+        const float measured = x.nan_to_num(0).abs().max().item<float>();
+        for (const float amax : {-1.0f, measured * 0.5f}) {
+          INFO("format " << format << " variant " << variant << " amax " << amax << " numel "
+                         << x.numel());
+          const torch::Tensor expected = exportThenDecode(x, cfg, amax).view(shape);
+          const torch::Tensor y =
+              quant::fakeQuantize(x, cfg, amax, nullptr, nullptr, nullptr, torch::kBFloat16);
+          REQUIRE(y.scalar_type() == torch::kBFloat16);
+          const torch::Tensor ref = expected.to(torch::kBFloat16);
+          CHECK(torch::isnan(y).equal(torch::isnan(ref)));
+          CHECK(bitEqual(y.nan_to_num(0), ref.nan_to_num(0)));
+          float inputAbsMax = -1;
+          const torch::Tensor z =
+              quant::fakeQuantize(x, cfg, amax, nullptr, nullptr, &inputAbsMax, torch::kBFloat16);
+          CHECK(bitEqual(z.nan_to_num(0), ref.nan_to_num(0)));
+          CHECK(inputAbsMax == measured);
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH(quant::fakeQuantize(torch::randn({2, 32}).to(torch::kBFloat16),
+                                        configFor(FP4_FORMAT_MXFP4, false), -1, nullptr, nullptr,
+                                        nullptr, torch::kFloat),
+                    Catch::Contains("BF16 for an fp32 input"));
+}
+
+TEST_CASE("Under BF16 autocast a quantized linear gets BF16 operands and fp32 gradients",
+          "[quant][dtype][grad]") {
+  // The quantizers narrow their fp32 results for the BF16 linear themselves; the layer's output
+  // and every gradient must be what the fp32 quantizer followed by autocast's cast gives.
+  torch::manual_seed(13);
+  const fp4_config cfg = configFor(FP4_FORMAT_NVFP4, false);
+  for (const quant::Backward backward :
+       {quant::Backward::StraightThrough, quant::Backward::ClippedStraightThrough}) {
+    quant::FakeQuantizer weight(cfg, backward, quant::FakeQuantizer::Role::Weight, false);
+    quant::FakeQuantizer input(cfg, backward, quant::FakeQuantizer::Role::Input, true);
+    const torch::Tensor w0 = torch::randn({48, 64}), x0 = torch::randn({4, 5, 64});
+    input.setAmax(1.5f);  // many |x| exceed it: the clipped gradient masks
+    const torch::Tensor upstream = torch::randn({4, 5, 48});
+    auto run = [&](bool narrowed) {
+      torch::Tensor w = w0.clone().requires_grad_(true), x = x0.clone().requires_grad_(true);
+      torch::Tensor y;
+      {
+        at::autocast::set_autocast_enabled(at::kCPU, true);
+        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+        torch::Tensor qx, qw;
+        if (narrowed) {
+          qx = input.apply(x), qw = weight.apply(w);
+          CHECK(qx.scalar_type() == torch::kBFloat16);
+          CHECK(qw.scalar_type() == torch::kBFloat16);
+        } else {
+          // The reference: the quantizers in fp32 (autocast off), autocast's cast in the linear.
+          at::autocast::set_autocast_enabled(at::kCPU, false);
+          qx = input.apply(x), qw = weight.apply(w);
+          at::autocast::set_autocast_enabled(at::kCPU, true);
+          CHECK(qx.scalar_type() == torch::kFloat);
+        }
+        y = torch::linear(qx, qw);
+        at::autocast::set_autocast_enabled(at::kCPU, false);
+        at::autocast::clear_cache();
+      }
+      quant::forgetSharedInput();
+      (y.to(torch::kFloat) * upstream).sum().backward();
+      return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad()};
+    };
+    const std::vector<torch::Tensor> expected = run(false), got = run(true);
+    CHECK(got[0].scalar_type() == torch::kBFloat16);
+    CHECK(got[1].scalar_type() == torch::kFloat);
+    CHECK(got[2].scalar_type() == torch::kFloat);
+    for (size_t i = 0; i < got.size(); ++i) CHECK(bitEqual(got[i], expected[i]));
+  }
 }
 
 TEST_CASE("Bad shapes get a clear error", "[quant][errors]") {
