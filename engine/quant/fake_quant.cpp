@@ -318,11 +318,13 @@ float FakeQuantizer::effectiveAmax() const {
 
 namespace {
 
-// What a quantizer hands its linear layer: under BF16 autocast on the CPU the linear computes in
-// BF16 and would cast an fp32 result first, so the pieces narrow it while it is in cache instead
-// (the same bits, one pass over memory fewer). Otherwise x's own dtype.
-std::optional<torch::ScalarType> resultType(const torch::Tensor& x) {
-  if (x.is_cpu() && x.scalar_type() == torch::kFloat &&
+// What a weight quantizer hands its linear layer: under BF16 autocast on the CPU the linear
+// computes in BF16 and would cast an fp32 result first, so the pieces narrow it while it is in
+// cache instead (the same bits, one pass over memory fewer). Otherwise x's own dtype. Not for
+// inputs: one fake-quantized input feeds q/k/v (gate/up), and autograd sums their gradients in
+// the shared tensor's dtype, which autocast's casts keep in fp32.
+std::optional<torch::ScalarType> resultType(const torch::Tensor& x, FakeQuantizer::Role role) {
+  if (role == FakeQuantizer::Role::Weight && x.is_cpu() && x.scalar_type() == torch::kFloat &&
       at::autocast::is_autocast_enabled(at::kCPU) &&
       at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16)
     return torch::kBFloat16;
@@ -337,7 +339,7 @@ torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
     return x;
   }
   const float amax = effectiveAmax();
-  const std::optional<torch::ScalarType> outType = resultType(x);
+  const std::optional<torch::ScalarType> outType = resultType(x, m_role);
   const bool clipped = m_backward == Backward::ClippedStraightThrough;
   const bool grad = torch::GradMode::is_enabled() && x.requires_grad();
   if (m_role == Role::Input) {

@@ -185,49 +185,50 @@ TEST_CASE("fp32 inputs can come back in BF16: the fp32 result rounded once", "[q
                     Catch::Contains("BF16 for an fp32 input"));
 }
 
-TEST_CASE("Under BF16 autocast a quantized linear gets BF16 operands and fp32 gradients",
+TEST_CASE("Under BF16 autocast quantized linears compute what fp32 quantizers and casts give",
           "[quant][dtype][grad]") {
-  // The quantizers narrow their fp32 results for the BF16 linear themselves; the layer's output
-  // and every gradient must be what the fp32 quantizer followed by autocast's cast gives.
+  // Weight quantizers narrow their fp32 results for the BF16 linear themselves; an input shared
+  // by three linears (q/k/v) stays fp32 so that its three gradients are summed in fp32. The
+  // outputs and every gradient must be what fp32 quantizers followed by autocast's casts give.
   torch::manual_seed(13);
   const fp4_config cfg = configFor(FP4_FORMAT_NVFP4, false);
   for (const quant::Backward backward :
        {quant::Backward::StraightThrough, quant::Backward::ClippedStraightThrough}) {
-    quant::FakeQuantizer weight(cfg, backward, quant::FakeQuantizer::Role::Weight, false);
+    std::vector<std::unique_ptr<quant::FakeQuantizer>> weights;
+    std::vector<torch::Tensor> w0;
+    for (int i = 0; i < 3; ++i) {
+      weights.push_back(std::make_unique<quant::FakeQuantizer>(
+          cfg, backward, quant::FakeQuantizer::Role::Weight, false));
+      w0.push_back(torch::randn({48, 64}));
+    }
     quant::FakeQuantizer input(cfg, backward, quant::FakeQuantizer::Role::Input, true);
-    const torch::Tensor w0 = torch::randn({48, 64}), x0 = torch::randn({4, 5, 64});
     input.setAmax(1.5f);  // many |x| exceed it: the clipped gradient masks
-    const torch::Tensor upstream = torch::randn({4, 5, 48});
+    const torch::Tensor x0 = torch::randn({4, 5, 64}), upstream = torch::randn({3, 4, 5, 48});
     auto run = [&](bool narrowed) {
-      torch::Tensor w = w0.clone().requires_grad_(true), x = x0.clone().requires_grad_(true);
-      torch::Tensor y;
-      {
+      torch::Tensor x = x0.clone().requires_grad_(true);
+      std::vector<torch::Tensor> w, y;
+      for (const torch::Tensor& t : w0) w.push_back(t.clone().requires_grad_(true));
+      at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+      for (int i = 0; i < 3; ++i) {
+        // The reference: the quantizers with autocast off (fp32), autocast's casts in the linear.
+        at::autocast::set_autocast_enabled(at::kCPU, narrowed);
+        const torch::Tensor qx = input.apply(x), qw = weights[size_t(i)]->apply(w[size_t(i)]);
+        CHECK(qx.scalar_type() == torch::kFloat);
+        CHECK(qw.scalar_type() == (narrowed ? torch::kBFloat16 : torch::kFloat));
         at::autocast::set_autocast_enabled(at::kCPU, true);
-        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-        torch::Tensor qx, qw;
-        if (narrowed) {
-          qx = input.apply(x), qw = weight.apply(w);
-          CHECK(qx.scalar_type() == torch::kBFloat16);
-          CHECK(qw.scalar_type() == torch::kBFloat16);
-        } else {
-          // The reference: the quantizers in fp32 (autocast off), autocast's cast in the linear.
-          at::autocast::set_autocast_enabled(at::kCPU, false);
-          qx = input.apply(x), qw = weight.apply(w);
-          at::autocast::set_autocast_enabled(at::kCPU, true);
-          CHECK(qx.scalar_type() == torch::kFloat);
-        }
-        y = torch::linear(qx, qw);
-        at::autocast::set_autocast_enabled(at::kCPU, false);
-        at::autocast::clear_cache();
+        y.push_back(torch::linear(qx, qw));
       }
+      at::autocast::set_autocast_enabled(at::kCPU, false);
+      at::autocast::clear_cache();
       quant::forgetSharedInput();
-      (y.to(torch::kFloat) * upstream).sum().backward();
-      return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad()};
+      (torch::stack(y).to(torch::kFloat) * upstream).sum().backward();
+      std::vector<torch::Tensor> out = {torch::stack(y).detach(), x.grad()};
+      for (const torch::Tensor& t : w) out.push_back(t.grad());
+      return out;
     };
     const std::vector<torch::Tensor> expected = run(false), got = run(true);
     CHECK(got[0].scalar_type() == torch::kBFloat16);
-    CHECK(got[1].scalar_type() == torch::kFloat);
-    CHECK(got[2].scalar_type() == torch::kFloat);
+    for (size_t i = 1; i < got.size(); ++i) CHECK(got[i].scalar_type() == torch::kFloat);
     for (size_t i = 0; i < got.size(); ++i) CHECK(bitEqual(got[i], expected[i]));
   }
 }
