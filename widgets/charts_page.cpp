@@ -79,7 +79,11 @@ ChartsPage::ChartsPage(QWidget* parent)
 
   addPanel("eval/val_loss", QStringLiteral("Validation loss"), true);
   addPanel("train/loss", QStringLiteral("Training loss"), true);
-  addPanel("eval/val_kl", QStringLiteral("KL to the reference"), true);
+  addPanel("eval/val_kl", QStringLiteral("KL to the reference"), true)
+      ->setEmptyText(QStringLiteral(
+          "No KL to a reference in the checked runs. A run logs it at each evaluation when it "
+          "has a reference model: QAD's teacher, or eval.reference=FOLDER (the experiment sets "
+          "it to the SFT model for every run after SFT)."));
   addPanel("train/grad_norm", QStringLiteral("Gradient norm"), true);
   addPanel("train/lr", QStringLiteral("Learning rate"), false);
   addPanel("train/tok_per_s", QStringLiteral("Tokens per second"), false);

@@ -209,6 +209,14 @@ CurvePanel::CurvePanel(const std::string& series, const QString& title,
       "QLabel { background: rgba(255,255,255,225); border: 1px solid #bbb; padding: 3px; }"));
   m_readout->setAttribute(Qt::WA_TransparentForMouseEvents);
   m_readout->hide();
+  m_emptyText = QStringLiteral("The checked runs have no %1 yet.").arg(title.toLower());
+  m_empty = new QLabel(m_view);
+  m_empty->setObjectName(QStringLiteral("empty chart message"));
+  m_empty->setAlignment(Qt::AlignCenter);
+  m_empty->setWordWrap(true);
+  m_empty->setStyleSheet(QStringLiteral("QLabel { color: #666; }"));
+  m_empty->setAttribute(Qt::WA_TransparentForMouseEvents);
+  m_empty->hide();
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(m_view);
@@ -266,6 +274,31 @@ void CurvePanel::showEvent(QShowEvent* event) {
 void CurvePanel::resizeEvent(QResizeEvent* event) {
   QWidget::resizeEvent(event);
   markDirty();  // the buckets follow the plot's width
+  placeEmptyMessage();
+}
+
+void CurvePanel::setEmptyText(const QString& text) {
+  m_emptyText = text;
+  if (!m_empty->isHidden()) m_empty->setText(emptyMessage());
+}
+
+QString CurvePanel::emptyMessage() const {
+  if (m_drawnPoints > 0) return {};
+  if (m_shown.empty()) return QStringLiteral("No run is checked: check runs in the runs table.");
+  return m_emptyText;
+}
+
+void CurvePanel::placeEmptyMessage() {
+  const QString message = m_applied > 0 ? emptyMessage() : QString();
+  m_empty->setText(message);
+  m_empty->setAccessibleName(message);
+  m_empty->setVisible(!message.isEmpty());
+  if (message.isEmpty()) return;
+  const QRectF plot = chart()->plotArea();
+  const int width = std::max(120, int(plot.width()) - 24);
+  m_empty->setFixedWidth(width);
+  m_empty->adjustSize();
+  m_empty->move(int(plot.center().x()) - width / 2, int(plot.center().y()) - m_empty->height() / 2);
 }
 
 void CurvePanel::setRuns(RunSnapshotsPtr runs, const std::set<std::string>& shown) {
@@ -466,6 +499,7 @@ void CurvePanel::applyFrame(const std::shared_ptr<const CurveFrame>& frame) {
     for (QLineSeries* s : {c->line, c->faint, c->band})
       if (s) points += int(s->count());
   m_drawnPoints = points;
+  placeEmptyMessage();
   // A cheaper painter for many points: antialiasing doubles Qt Charts' paint time.
   m_view->setRenderHint(QPainter::Antialiasing, points <= 2500);
   QStringList names;

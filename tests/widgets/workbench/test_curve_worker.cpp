@@ -3,6 +3,7 @@
 // a panel drawing by its event loop alone (the live path) as well as by redrawNow().
 #include <QApplication>
 #include <QChart>
+#include <QLabel>
 #include <QLineSeries>
 #include <QValueAxis>
 
@@ -219,4 +220,37 @@ TEST_CASE("a panel draws by its event loop, follows zoom and skips work while hi
   for (QAbstractSeries* s : panel.chart()->series())
     if (auto* l = qobject_cast<QLineSeries*>(s); l && !l->name().isEmpty()) ++lines;
   CHECK(lines == 2);
+}
+
+TEST_CASE("a panel with nothing to draw says why", "[curve-worker]") {
+  const RunSnapshotsPtr snaps = snapshots(2, 50, 4);  // training rows only: no evaluations
+  auto worker = std::make_shared<CurveWorker>();
+  CurvePanel kl("eval/val_kl", QStringLiteral("KL to the reference"), worker);
+  kl.setEmptyText(QStringLiteral("no reference model"));
+  CurvePanel loss("train/loss", QStringLiteral("Training loss"), worker);
+  for (CurvePanel* p : {&kl, &loss}) {
+    p->resize(600, 400);
+    p->setRuns(snaps, allIds(*snaps));
+    p->show();
+  }
+  REQUIRE(waitFor([&] { return loss.drawnPoints() > 0; }, 5000));
+  kl.redrawNow();
+  auto* message = kl.findChild<QLabel*>(QStringLiteral("empty chart message"));
+  REQUIRE(message);
+  CHECK(kl.emptyMessage() == QStringLiteral("no reference model"));
+  CHECK(message->isVisible());
+  CHECK(message->text() == QStringLiteral("no reference model"));
+  // A panel that draws shows no message.
+  CHECK(loss.emptyMessage().isEmpty());
+  auto* none = loss.findChild<QLabel*>(QStringLiteral("empty chart message"));
+  REQUIRE(none);
+  CHECK_FALSE(none->isVisible());
+  // Nothing checked: the message says so, in every panel.
+  loss.setRuns(snaps, {});
+  loss.redrawNow();
+  CHECK(loss.emptyMessage().contains(QStringLiteral("No run is checked")));
+  CHECK(none->isVisible());
+  // The default message names the chart.
+  CurvePanel grad("train/grad_norm", QStringLiteral("Gradient norm"), worker);
+  CHECK(grad.emptyText().contains(QStringLiteral("gradient norm")));
 }

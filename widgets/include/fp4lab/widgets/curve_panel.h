@@ -60,6 +60,11 @@ class CurvePanel : public QWidget {
   void setFrameDelayMs(int ms);
   int drawnPoints() const { return m_drawnPoints; }
   bool hasData() const;
+  // What the plot says when the checked runs have nothing to draw in it (why, and what to do);
+  // the default says the runs have no values of it yet. The message shown now ("" while it draws).
+  void setEmptyText(const QString& text);
+  const QString& emptyText() const { return m_emptyText; }
+  QString emptyMessage() const;
   // The value read-out at x, one "run: value" line per shown run with a value there.
   QString readoutAt(double x) const;
   // The run whose drawn line passes nearest to (x, y in data units) within `tolerance` of the y
@@ -88,6 +93,7 @@ class CurvePanel : public QWidget {
   uint64_t requestFrame();
   void applyFrame(const std::shared_ptr<const CurveFrame>& frame);
   void updateReadout(double x);
+  void placeEmptyMessage();
   void contextMenu(const QPoint& global);
 
   std::string m_series;
@@ -101,6 +107,8 @@ class CurvePanel : public QWidget {
   std::map<std::string, std::unique_ptr<RunCurve>> m_curves;  // drawn runs, by id
   CurveChartView* m_view = nullptr;
   QLabel* m_readout = nullptr;
+  QLabel* m_empty = nullptr;  // centred over the plot while nothing is drawn
+  QString m_emptyText;
   QTimer* m_frame = nullptr;
   bool m_dirty = true, m_zoomed = false;
   double m_x0 = 0, m_x1 = 1;
