@@ -209,7 +209,10 @@ CurvePanel::CurvePanel(const std::string& series, const QString& title,
       "QLabel { background: rgba(255,255,255,225); border: 1px solid #bbb; padding: 3px; }"));
   m_readout->setAttribute(Qt::WA_TransparentForMouseEvents);
   m_readout->hide();
-  m_emptyText = QStringLiteral("The checked runs have no %1 yet.").arg(title.toLower());
+  // "Validation loss" reads "validation loss" mid-sentence; "KL to the reference" stays.
+  QString inSentence = title;
+  if (inSentence.size() > 1 && inSentence[1].isLower()) inSentence[0] = inSentence[0].toLower();
+  m_emptyText = QStringLiteral("The checked runs have no %1 yet.").arg(inSentence);
   m_empty = new QLabel(m_view);
   m_empty->setObjectName(QStringLiteral("empty chart message"));
   m_empty->setAlignment(Qt::AlignCenter);

@@ -12,11 +12,14 @@
 // before it in the rotation has finished its own. A drift in the machine's speed (this VM's moves
 // by 1.5x within minutes) then falls on neighbouring steps of every recipe alike, and the ratios
 // of their median steps compare the recipes rather than the minutes they ran in. Peak RSS is then
-// the process's, all models together.
+// the process's, all models together. One recipe can take turns with another process the same
+// way (ProcessTurns below).
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -72,20 +75,54 @@ struct Turns {
   }
 };
 
+// Turns with another process (FP4LAB_BENCH_TURN_WAIT / _POST: two FIFOs): a byte read from one
+// before each step, a byte written to the other after it. train_step.py does the same with the
+// FIFOs swapped, so fp4lab's and transformers' steps alternate (bench_smollm2.sh).
+struct ProcessTurns {
+  int wait = -1, post = -1;
+  static int open(const char* variable) {
+    const char* path = std::getenv(variable);
+    if (!path || !*path) return -1;
+    // Read-write: opening a FIFO so never waits for the other end, and writes never block.
+    const int fd = ::open(path, O_RDWR);
+    if (fd < 0) {
+      std::fprintf(stderr, "%s=%s: %s\n", variable, path, std::strerror(errno));
+      std::exit(2);
+    }
+    return fd;
+  }
+  ProcessTurns() : wait(open("FP4LAB_BENCH_TURN_WAIT")), post(open("FP4LAB_BENCH_TURN_POST")) {}
+  bool active() const { return wait >= 0 && post >= 0; }
+  void waitTurn() const {
+    char byte;
+    while (::read(wait, &byte, 1) < 0 && errno == EINTR) {
+    }
+  }
+  void passTurn() const {
+    const char byte = 't';
+    while (::write(post, &byte, 1) < 0 && errno == EINTR) {
+    }
+  }
+};
+
 // Records each step's time; with others in rotation, waits for its turn before a step (the loop
 // asks stopRequested() just before it starts the clock) and hands it on after one. The turn is
 // kept over the last step's evaluation and checkpoint and handed on when run() returns.
 struct TurnTakingSteps : bench::StepTimes {
   Turns* turns = nullptr;
+  const ProcessTurns* process = nullptr;
   size_t index = 0;
   int64_t lastStep = 0;
   bool stopRequested() override {
     if (turns) turns->waitFor(index);
+    if (process) process->waitTurn();
     return false;
   }
   void onStep(const train::StepReport& r) override {
     StepTimes::onStep(r);
-    if (turns && r.step < lastStep) turns->pass();
+    if (r.step == lastStep) return;
+    if (turns) turns->pass();
+    if (process) process->passTurn();
   }
 };
 
@@ -159,6 +196,11 @@ int main(int argc, char** argv) {
   const bool bf16Teacher = teacherMode && std::string(teacherMode) == "bf16";
 
   Turns turns(recipeNames.size(), warmup + steps);
+  const ProcessTurns processTurns;
+  if (processTurns.active() && recipeNames.size() > 1) {
+    std::fprintf(stderr, "FP4LAB_BENCH_TURN_WAIT/_POST take turns with one recipe at a time\n");
+    return 2;
+  }
   std::vector<std::unique_ptr<Job>> jobs;
   for (size_t j = 0; j < recipeNames.size(); ++j) {
     auto job = std::make_unique<Job>();
@@ -191,6 +233,7 @@ int main(int argc, char** argv) {
     job->steps.tokensPerStep = int64_t(batch) * seq;
     job->steps.lastStep = rc.maxSteps;
     if (recipeNames.size() > 1) job->steps.turns = &turns, job->steps.index = j;
+    if (processTurns.active()) job->steps.process = &processTurns;
     // The loop checkpoints at its last step; keep that out of the way (and out of the timings).
     job->scratch = (std::filesystem::temp_directory_path() /
                     ("fp4lab-bench-" + std::to_string(getpid()) + "-" + std::to_string(j)))
@@ -219,6 +262,7 @@ int main(int argc, char** argv) {
   }
   if (jobs.size() == 1) {
     jobs[0]->trainer->run();
+    if (processTurns.active()) processTurns.passTurn();  // after the last step's checkpoint
   } else {
     // One thread per recipe; LibTorch's intra-op pool and the set thread count are shared, and
     // only the thread whose turn it is computes.

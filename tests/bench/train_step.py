@@ -13,6 +13,7 @@ prints one JSON line: tokens/s, step seconds, peak RSS."""
 import argparse
 import json
 import math
+import os
 import resource
 import time
 
@@ -132,20 +133,30 @@ def main():
             logits = model(inputs)
         return F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
 
-    times = []
+    # Turns with another process (bench_smollm2.sh: fp4lab's bench_train, the FIFOs swapped): a
+    # byte read from FP4LAB_BENCH_TURN_WAIT before each step, one written to _POST after it.
+    wait_path, post_path = os.environ.get("FP4LAB_BENCH_TURN_WAIT"), os.environ.get("FP4LAB_BENCH_TURN_POST")
+    turns = (os.open(wait_path, os.O_RDWR), os.open(post_path, os.O_RDWR)) if wait_path and post_path else None
+
+    times, all_times = [], []
     for step in range(a.warmup + a.steps):
+        if turns:
+            os.read(turns[0], 1)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_of()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        all_times.append(time.perf_counter() - t0)
+        if turns:
+            os.write(turns[1], b"t")
         if step >= a.warmup:
-            times.append(time.perf_counter() - t0)
+            times.append(all_times[-1])
     step_s = sorted(times)[len(times) // 2]
     print(json.dumps({
         "impl": impl, "recipe": "sft", "model": name, "params": params, "batch": a.batch, "seq": a.seq,
-        "threads": torch.get_num_threads(), "step_s": step_s, "tok_per_s": a.batch * a.seq / step_s,
+        "threads": torch.get_num_threads(), "step_s": step_s, "steps_s": all_times, "tok_per_s": a.batch * a.seq / step_s,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loss": loss.item(),
         "torch": torch.__version__,
     }))
