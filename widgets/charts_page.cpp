@@ -81,9 +81,8 @@ ChartsPage::ChartsPage(QWidget* parent)
   addPanel("train/loss", QStringLiteral("Training loss"), true);
   addPanel("eval/val_kl", QStringLiteral("KL to the reference"), true)
       ->setEmptyText(QStringLiteral(
-          "No KL to a reference in the checked runs. A run logs it at each evaluation when it "
-          "has a reference model: QAD's teacher, or eval.reference=FOLDER (the experiment sets "
-          "it to the SFT model for every run after SFT)."));
+          "No reference model in the checked runs. QAD measures the KL to its teacher; other "
+          "runs need eval.reference=FOLDER (the experiment sets it after SFT)."));
   addPanel("train/grad_norm", QStringLiteral("Gradient norm"), true);
   addPanel("train/lr", QStringLiteral("Learning rate"), false);
   addPanel("train/tok_per_s", QStringLiteral("Tokens per second"), false);

@@ -217,7 +217,8 @@ CurvePanel::CurvePanel(const std::string& series, const QString& title,
   m_empty->setObjectName(QStringLiteral("empty chart message"));
   m_empty->setAlignment(Qt::AlignCenter);
   m_empty->setWordWrap(true);
-  m_empty->setStyleSheet(QStringLiteral("QLabel { color: #666; }"));
+  m_empty->setStyleSheet(
+      QStringLiteral("QLabel { color: #555; background: rgba(255,255,255,230); padding: 4px; }"));
   m_empty->setAttribute(Qt::WA_TransparentForMouseEvents);
   m_empty->hide();
   auto* layout = new QVBoxLayout(this);
@@ -298,10 +299,12 @@ void CurvePanel::placeEmptyMessage() {
   m_empty->setVisible(!message.isEmpty());
   if (message.isEmpty()) return;
   const QRectF plot = chart()->plotArea();
-  const int width = std::max(120, int(plot.width()) - 24);
-  m_empty->setFixedWidth(width);
-  m_empty->adjustSize();
-  m_empty->move(int(plot.center().x()) - width / 2, int(plot.center().y()) - m_empty->height() / 2);
+  const int width = std::max(120, int(plot.width()) - 16);
+  const int height = m_empty->heightForWidth(width);
+  m_empty->setFixedSize(width, height);
+  // Centred on the plot; a message taller than the plot starts at its top.
+  m_empty->move(int(plot.center().x()) - width / 2,
+                std::max(int(plot.top()), int(plot.center().y()) - height / 2));
 }
 
 void CurvePanel::setRuns(RunSnapshotsPtr runs, const std::set<std::string>& shown) {
