@@ -11,6 +11,7 @@
 #include <QDesktopServices>
 #include <QDir>
 #include <QDockWidget>
+#include <QResizeEvent>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QHBoxLayout>
@@ -478,6 +479,38 @@ void MainWindow::fitDefaultLayout() {
   } else {
     resizeDocks({runs, details}, {width() * 37 / 100, width() * 21 / 100}, Qt::Horizontal);
   }
+}
+
+// Narrowing the window takes its width from the middle first (the docks keep theirs), so a
+// window made smaller by hand would end with wide docks around a strip of charts. Past the point
+// where the middle has 40% of the width (about what the default layout gives it) the side docks
+// narrow in proportion instead.
+void MainWindow::resizeEvent(QResizeEvent* event) {
+  QMainWindow::resizeEvent(event);
+  if (event->oldSize().isValid() && event->size().width() < event->oldSize().width())
+    keepMiddleWide();
+}
+
+void MainWindow::keepMiddleWide() {
+  QList<QDockWidget*> docks;
+  QList<int> widths;
+  int left = 0, right = 0;
+  for (QDockWidget* dock : findChildren<QDockWidget*>()) {
+    if (dock->isHidden() || dock->isFloating()) continue;
+    const Qt::DockWidgetArea area = dockWidgetArea(dock);
+    if (area == Qt::LeftDockWidgetArea)
+      left = std::max(left, dock->width());
+    else if (area == Qt::RightDockWidgetArea)
+      right = std::max(right, dock->width());
+    else
+      continue;
+    docks << dock;
+    widths << dock->width();
+  }
+  const int sides = left + right, room = width() * 60 / 100;
+  if (sides <= room || sides <= 0) return;
+  for (int& w : widths) w = std::max(1, w * room / sides);
+  resizeDocks(docks, widths, Qt::Horizontal);
 }
 
 int MainWindow::tabOf(const QWidget* view) const {

@@ -189,6 +189,40 @@ TEST_CASE("layout: saved and restored; another version's state is not half-resto
   QSettings().clear();
 }
 
+TEST_CASE("layout: a window made narrower by hand keeps the middle for the charts", "[.layout]") {
+  TempDir tmp;
+  QSettings().clear();
+  WorkbenchOptions options;
+  options.roots = {QString::fromStdString(tmp.file("runs"))};
+  options.program = QStringLiteral("/bin/false");
+  MainWindow w(options);
+  w.resize(1600, 1000);
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  w.resetLayout();  // the wide default: runs on the left, details on the right
+  QTest::qWait(50);
+  auto* runs = w.findChild<QDockWidget*>(QStringLiteral("runsDock"));
+  auto* details = w.findChild<QDockWidget*>(QStringLiteral("detailsDock"));
+  REQUIRE(w.dockWidgetArea(details) == Qt::RightDockWidgetArea);
+  const int runsWide = runs->width(), detailsWide = details->width();
+  w.resize(1000, 650);
+  QTest::qWait(50);
+  INFO("docks " << runs->width() << " + " << details->width() << " of " << w.width() << " (were "
+                << runsWide << " + " << detailsWide << " of 1600)");
+  // The middle keeps at least about 40% (without the fix it kept 1000 - 904 px).
+  CHECK(w.charts()->width() >= w.width() * 35 / 100);
+  CHECK(runs->width() < runsWide);
+  CHECK(details->width() < detailsWide);
+  // In proportion: the runs dock stays the wider one.
+  CHECK(runs->width() > details->width());
+  // Widening again leaves the docks as they are.
+  const int runsNarrow = runs->width();
+  w.resize(1200, 650);
+  QTest::qWait(50);
+  CHECK(runs->width() == runsNarrow);
+  QSettings().clear();
+}
+
 TEST_CASE("accessibility lint: every interactive widget of the window has a name and a tooltip",
           "[a11y]") {
   WorkbenchOptions options;

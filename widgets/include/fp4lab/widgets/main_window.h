@@ -106,6 +106,7 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
   void buildActions();
@@ -113,6 +114,7 @@ class MainWindow : public QMainWindow {
   void buildDocks();
   void restoreSettings();
   void fitDefaultLayout();
+  void keepMiddleWide();
   void saveSettings();
   void onSnapshots(RunSnapshotsPtr snapshots);
   void onSelectionChanged();
