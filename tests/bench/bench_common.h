@@ -2,8 +2,11 @@
 // a listener that records each step's time.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,18 @@ inline std::vector<data::Sequence> randomSequences(size_t count, int seq, int64_
 }
 
 // Seconds of every optimizer step the loop reports.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Wall-clock seconds of one call.
+inline double seconds(const std::function<void()>& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 struct StepTimes : train::TrainerListener {
   std::vector<double> stepSeconds;
   int64_t tokensPerStep = 0;

@@ -21,20 +21,8 @@
 #include "model/fused_loops.h"
 #include "model/fused_ops.h"
 
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double seconds(const std::function<void()>& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
+using fp4lab::bench::median;
+using fp4lab::bench::seconds;
 
 int main(int argc, char** argv) {
   std::string modelName = "tiny";

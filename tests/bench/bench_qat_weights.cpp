@@ -22,22 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "quant/fake_quant.h"
 
 using namespace fp4lab;
+using bench::median;
+using bench::seconds;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double seconds(const std::function<void()>& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 float amaxAsTensorOps(const torch::Tensor& w) {
   torch::NoGradGuard noGrad;
@@ -88,38 +80,27 @@ int main(int argc, char** argv) {
     for (const auto& g : weights)
       for (const torch::Tensor& w : g) sink.push_back(w.to(torch::kBFloat16));
   };
-  auto before = [&] {
-    for (const auto& g : weights) {
-      float amax = 0;
-      if (g.size() > 1)
-        for (const torch::Tensor& w : g) amax = std::max(amax, amaxAsTensorOps(w));
-      for (const torch::Tensor& w : g)
-        sink.push_back(
-            quant::fakeQuantize(w, cfg, g.size() > 1 ? amax : -1.0f).to(torch::kBFloat16));
-    }
-  };
-  auto amaxOnly = [&] {
-    for (const auto& g : weights) {
-      float amax = 0;
-      if (g.size() > 1)
+  // One QAT weight path: the shared amax by the kernels' pass or as tensor ops, the BF16 result
+  // narrowed in the pieces or cast afterwards.
+  auto qatPath = [&](bool kernelAmax, bool bf16Pieces) {
+    return [&, kernelAmax, bf16Pieces] {
+      for (const auto& g : weights) {
+        float amax = -1.0f;  // a lone weight: measured by the kernels
+        if (g.size() > 1) {
+          amax = 0;
+          for (const torch::Tensor& w : g)
+            amax = std::max(amax, kernelAmax ? fp4_tensor_amax(w.data_ptr<float>(), w.numel())
+                                             : amaxAsTensorOps(w));
+        }
         for (const torch::Tensor& w : g)
-          amax = std::max(amax, fp4_tensor_amax(w.data_ptr<float>(), w.numel()));
-      for (const torch::Tensor& w : g)
-        sink.push_back(
-            quant::fakeQuantize(w, cfg, g.size() > 1 ? amax : -1.0f).to(torch::kBFloat16));
-    }
+          sink.push_back(bf16Pieces ? quant::fakeQuantize(w, cfg, amax, nullptr, nullptr, nullptr,
+                                                          torch::kBFloat16)
+                                    : quant::fakeQuantize(w, cfg, amax).to(torch::kBFloat16));
+      }
+    };
   };
-  auto after = [&] {
-    for (const auto& g : weights) {
-      float amax = 0;
-      if (g.size() > 1)
-        for (const torch::Tensor& w : g)
-          amax = std::max(amax, fp4_tensor_amax(w.data_ptr<float>(), w.numel()));
-      for (const torch::Tensor& w : g)
-        sink.push_back(quant::fakeQuantize(w, cfg, g.size() > 1 ? amax : -1.0f, nullptr, nullptr,
-                                           nullptr, torch::kBFloat16));
-    }
-  };
+  const auto before = qatPath(false, false), amaxOnly = qatPath(true, false),
+             after = qatPath(true, true);
   // The two QAT paths give the same BF16 weights.
   sink.clear();
   before();

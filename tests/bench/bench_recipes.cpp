@@ -122,10 +122,7 @@ int main(int argc, char** argv) {
       t.insert(t.end(), capture.stepSeconds.begin() + warmup, capture.stepSeconds.end());
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  using bench::median;
   auto fastest = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
   const double reference = median(times["SFT BF16"]), referenceFastest = fastest(times["SFT BF16"]);
   std::printf("model %s, batch %d x %d tokens, %d threads, %d rounds x %d timed steps\n\n",

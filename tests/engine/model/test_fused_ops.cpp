@@ -54,6 +54,22 @@ bool bitEqualOrBothNan(const torch::Tensor& a, const torch::Tensor& b) {
          bitEqual(a.masked_fill(nanA, 0).contiguous(), b.masked_fill(nanB, 0).contiguous());
 }
 
+// The fused loops' instruction-set variants this CPU runs (the others are reported, not run);
+// leaves the automatic choice in force.
+std::vector<std::string> runnableVariants() {
+  std::vector<std::string> variants;
+  for (const char* name : {"generic", "avx2", "avx512"}) {
+    try {
+      fused::forceIsa(name);
+      variants.push_back(name);
+    } catch (const std::invalid_argument&) {
+      WARN("this CPU cannot run the " << name << " variant; not tested");
+    }
+  }
+  fused::forceIsa(nullptr);
+  return variants;
+}
+
 struct RmsCase {
   int64_t rows, dim;
   double scale;
@@ -192,16 +208,7 @@ TEST_CASE("fused SwiGLU and RMSNorm propagate NaN", "[model][fused]") {
 
 TEST_CASE("fused loops: every instruction-set variant gives the same bits", "[model][fused]") {
   const char* automatic = fused::isaName();
-  std::vector<std::string> variants;
-  for (const char* name : {"generic", "avx2", "avx512"}) {
-    try {
-      fused::forceIsa(name);
-      variants.push_back(name);
-    } catch (const std::invalid_argument&) {
-      WARN("this CPU cannot run the " << name << " variant; not compared");
-    }
-  }
-  fused::forceIsa(nullptr);
+  const std::vector<std::string> variants = runnableVariants();
   CHECK(std::string(fused::isaName()) == automatic);
   CHECK_THROWS_AS(fused::forceIsa("sse9"), std::invalid_argument);
   REQUIRE(variants.size() >= 1);
@@ -242,15 +249,7 @@ TEST_CASE("fused loops: every instruction-set variant gives the same bits", "[mo
 
 TEST_CASE("fused convert and clipGradient: LibTorch's casts and masked_fill, in every variant",
           "[model][fused]") {
-  std::vector<std::string> variants;
-  for (const char* name : {"generic", "avx2", "avx512"}) {
-    try {
-      fused::forceIsa(name);
-      variants.push_back(name);
-    } catch (const std::invalid_argument&) {
-      WARN("this CPU cannot run the " << name << " variant; not checked");
-    }
-  }
+  const std::vector<std::string> variants = runnableVariants();
   REQUIRE(!variants.empty());
   const float special[] = {0.0f,
                            -0.0f,

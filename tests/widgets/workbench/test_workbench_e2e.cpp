@@ -54,6 +54,14 @@ size_t evalRows(MainWindow& w, const QString& dir) {
   return r && r->curves ? r->curves->eval.size() : 0;
 }
 
+// A window on an empty runs folder under `tmp` that launches nothing (/bin/false).
+WorkbenchOptions idleWindowOptions(const TempDir& tmp) {
+  WorkbenchOptions options;
+  options.roots = {QString::fromStdString(tmp.file("runs"))};
+  options.program = QStringLiteral("/bin/false");
+  return options;
+}
+
 run::RunConfig tinyRun(const std::string& name, int steps) {
   return run::RunConfig::fromYamlText(
       "",
@@ -138,9 +146,7 @@ TEST_CASE(
 TEST_CASE("layout: saved and restored; another version's state is not half-restored", "[.layout]") {
   TempDir tmp;
   QSettings().clear();
-  WorkbenchOptions options;
-  options.roots = {QString::fromStdString(tmp.file("runs"))};
-  options.program = QStringLiteral("/bin/false");
+  const WorkbenchOptions options = idleWindowOptions(tmp);
   QByteArray defaultState;
   {
     MainWindow w(options);
@@ -192,9 +198,7 @@ TEST_CASE("layout: saved and restored; another version's state is not half-resto
 TEST_CASE("layout: a window made narrower by hand keeps the middle for the charts", "[.layout]") {
   TempDir tmp;
   QSettings().clear();
-  WorkbenchOptions options;
-  options.roots = {QString::fromStdString(tmp.file("runs"))};
-  options.program = QStringLiteral("/bin/false");
+  const WorkbenchOptions options = idleWindowOptions(tmp);
   MainWindow w(options);
   w.resize(1600, 1000);
   w.show();
@@ -225,10 +229,8 @@ TEST_CASE("layout: a window made narrower by hand keeps the middle for the chart
 
 TEST_CASE("accessibility lint: every interactive widget of the window has a name and a tooltip",
           "[a11y]") {
-  WorkbenchOptions options;
   TempDir tmp;
-  options.roots = {QString::fromStdString(tmp.file("runs"))};
-  options.program = QStringLiteral("/bin/false");
+  const WorkbenchOptions options = idleWindowOptions(tmp);
   MainWindow w(options);
   w.show();
   REQUIRE(QTest::qWaitForWindowExposed(&w));
@@ -265,9 +267,7 @@ TEST_CASE("the window fits a small screen: no part off screen, details under the
           "[.small-screen]") {
   TempDir tmp;
   QSettings().clear();
-  WorkbenchOptions options;
-  options.roots = {QString::fromStdString(tmp.file("runs"))};
-  options.program = QStringLiteral("/bin/false");
+  const WorkbenchOptions options = idleWindowOptions(tmp);
   MainWindow w(options);
   w.show();
   REQUIRE(QTest::qWaitForWindowExposed(&w));
