@@ -283,7 +283,7 @@ void CurvePanel::resizeEvent(QResizeEvent* event) {
 
 void CurvePanel::setEmptyText(const QString& text) {
   m_emptyText = text;
-  if (!m_empty->isHidden()) m_empty->setText(emptyMessage());
+  placeEmptyMessage();
 }
 
 QString CurvePanel::emptyMessage() const {
@@ -294,8 +294,11 @@ QString CurvePanel::emptyMessage() const {
 
 void CurvePanel::placeEmptyMessage() {
   const QString message = m_applied > 0 ? emptyMessage() : QString();
-  m_empty->setText(message);
-  m_empty->setAccessibleName(message);
+  // Called with every frame: a live run's frames must not re-announce the label to AT-SPI.
+  if (message != m_empty->text()) {
+    m_empty->setText(message);
+    m_empty->setAccessibleName(message);
+  }
   m_empty->setVisible(!message.isEmpty());
   if (message.isEmpty()) return;
   const QRectF plot = chart()->plotArea();
