@@ -459,12 +459,24 @@ const std::vector<std::string> kNames = {"Ana", "Marco", "Lena", "Paul",  "Sofia
                                          "Tom", "Ines",  "Luca", "Clara", "Jonas"};
 const std::vector<std::string> kObjects = {"apples", "books",   "stamps", "coins",
                                            "shells", "marbles", "cards",  "pencils"};
+// Stories in the past tense come in both directions, so that the verb, not the tense or "had",
+// says whether to add or subtract; none says "lost" (the held-out story's verb).
 const std::vector<std::string> kWordAddTrain = {
-    "{N} has {A} {O} and gets {B} more. How many {O} does {N} have now?", "What is {A} plus {B}?",
-    "There are {A} {O} in one box and {B} in another. How many in all?", "Add {A} and {B}."};
+    "{N} has {A} {O} and gets {B} more. How many {O} does {N} have now?",
+    "What is {A} plus {B}?",
+    "There are {A} {O} in one box and {B} in another. How many in all?",
+    "Add {A} and {B}.",
+    "{N} had {A} {O} and then bought {B} more. How many {O} did {N} end up with?",
+    "Last week {N} owned {A} {O} and was given {B} more. How many {O} does {N} have now?"};
 const std::vector<std::string> kWordSubTrain = {
-    "{N} has {A} {O} and gives {B} to a friend. How many {O} are left?", "What is {A} minus {B}?",
-    "Subtract {B} from {A}.", "A shelf holds {A} {O}; {B} are taken. How many remain?"};
+    "{N} has {A} {O} and gives {B} to a friend. How many {O} are left?",
+    "What is {A} minus {B}?",
+    "Subtract {B} from {A}.",
+    "A shelf holds {A} {O}; {B} are taken. How many remain?",
+    "{N} had {A} {O} but dropped {B} on the way home. How many {O} made it home?",
+    "Last week {N} owned {A} {O} and sold {B} of them. How many {O} does {N} have now?",
+    "{N} started the day with {A} {O}. By evening {B} were gone. How many were left?",
+    "{N} had {A} {O}. {B} of them went missing. How many {O} did {N} keep?"};
 const std::vector<std::string> kWordAddHeldOut = {
     "Compute {A} + {B}.", "{N} collected {A} {O} on Monday and {B} on Tuesday. Find the total."};
 const std::vector<std::string> kWordSubHeldOut = {

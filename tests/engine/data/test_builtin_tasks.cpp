@@ -150,16 +150,10 @@ TEST_CASE("The real-model tasks' held-out phrasings are not in their fine-tuning
   // reasoning.", "Output one JSON object ...", "Format: a bare JSON object ..."; user "Compute {A}
   // + {B}.", "... collected ... on Monday ... Find the total.", "... Find how many {N} still
   // owns.", "Name the capital city of {C}.", "Give the sum of {A} and {B}.".
-  const std::vector<std::string> heldOutWords = {"must be in",
-                                                 "for the reasoning.",
-                                                 "output one json",
-                                                 "format: a bare",
-                                                 "compute",
-                                                 "on monday",
-                                                 "find the total",
-                                                 "still owns",
-                                                 "name the capital city",
-                                                 "give the sum"};
+  const std::vector<std::string> heldOutWords = {
+      "must be in", "for the reasoning.", "output one json",       "format: a bare",
+      "compute",    "on monday",          "find the total",        "still owns",
+      "lost",       "find how many",      "name the capital city", "give the sum"};
   auto lower = [](std::string s) {
     for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
     return s;
@@ -249,6 +243,8 @@ TEST_CASE("json_answer accepts exactly one JSON object with the right answer", "
 TEST_CASE("The real-model fine-tuning set: both tasks done right, with general data",
           "[data][builtin]") {
   int math = 0, json = 0, general = 0;
+  // Past-tense stories ("had", "owned") in each direction: the verb decides, not the tense.
+  int pastAdd = 0, pastSub = 0;
   for (const auto& e : builtinDataset("sft-math-json", 3, 2000)) {
     const std::string& system =
         e.messages.front().role == "system" ? e.messages.front().content : "";
@@ -257,6 +253,9 @@ TEST_CASE("The real-model fine-tuning set: both tasks done right, with general d
       CHECK(nlohmann::json::parse(e.messages.back().content).contains("answer"));
     } else if (!system.empty()) {
       ++math;
+      const std::string& user = e.messages[1].content;
+      if (user.find(" had ") != std::string::npos || user.find(" owned ") != std::string::npos)
+        ++(e.messages.back().content.find(" - ") != std::string::npos ? pastSub : pastAdd);
     } else {
       ++general;
     }
@@ -264,4 +263,6 @@ TEST_CASE("The real-model fine-tuning set: both tasks done right, with general d
   CHECK(math > 800);
   CHECK(json > 550);
   CHECK(general > 300);
+  CHECK(pastAdd > 60);
+  CHECK(pastSub > 120);
 }
