@@ -149,26 +149,24 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// y = fakeQuantize(x); dy/dx = 1 (straight-through) or 1 where |x| <= amax (clipped). The
-// clipped case measures max |x| in the forward (one read pass, vectorized): when nothing exceeds
-// amax, as usual with a calibrated amax, the backward needs no mask. (Non-finite inputs are not
-// masked; the training loop stops on the non-finite loss they cause.)
-class FakeQuantFunction : public torch::autograd::Function<FakeQuantFunction> {
+// The gradient of y = fakeQuantize(x): dy/dx = 1 (straight-through) or 1 where |x| <= amax
+// (clipped). y is computed without autograd (quantized() below) and handed to this node, which
+// returns a view of it: each reader of one computed result (q/k/v_proj reading one input) gets its
+// own node, so their gradients meet at x, in x's dtype, not at y, whose dtype may be BF16 (an fp32
+// result narrowed for a BF16 linear, which a cast after it would give: autocast's casts sum the
+// readers' gradients in fp32 too). `clip` < 0: no mask (straight-through, or nothing exceeded the
+// amax, as usual with a calibrated amax); else the mask's amax, and x is kept for it. A shared
+// input's mask is a node of its own (y = x) in front of the readers', so that it is applied once,
+// to their sum. (Non-finite inputs are not masked; the training loop stops on the non-finite loss
+// they cause.)
+class StraightThroughFunction : public torch::autograd::Function<StraightThroughFunction> {
  public:
-  // bf16Result: an fp32 x comes out in BF16 (see resultType below); its gradient goes back in fp32.
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const fp4_config* config, double amax, bool clipped,
-                               fp4_error_stats* stats, bool bf16Result) {
-    const bool clip = clipped && std::isfinite(amax) && amax >= 0;
-    float inputAbsMax = 0;
-    torch::Tensor y =
-        fakeQuantize(x, *config, float(amax), stats, nullptr, clip ? &inputAbsMax : nullptr,
-                     bf16Result ? std::optional(torch::kBFloat16) : std::nullopt);
-    const bool mask = clip && double(inputAbsMax) > amax;
-    ctx->saved_data["clip"] = mask ? amax : -1.0;
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& y,
+                               double clip) {
+    ctx->saved_data["clip"] = clip;
     ctx->saved_data["x_type"] = static_cast<int64_t>(x.scalar_type());
-    if (mask) ctx->save_for_backward({x});
-    return y;
+    if (clip >= 0) ctx->save_for_backward({x});
+    return y.view(y.sizes());
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list gradOutputs) {
@@ -176,8 +174,7 @@ class FakeQuantFunction : public torch::autograd::Function<FakeQuantFunction> {
     torch::Tensor grad = gradOutputs[0].to(xType);
     const double clip = ctx->saved_data["clip"].toDouble();
     if (clip >= 0) grad = clipGradient(grad, ctx->get_saved_variables()[0], float(clip));
-    return {grad,           torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    return {grad, torch::Tensor(), torch::Tensor()};
   }
 
  private:
@@ -203,13 +200,14 @@ class FakeQuantFunction : public torch::autograd::Function<FakeQuantFunction> {
   }
 };
 
-// The last input fake-quantized, and its result. Layers that read one tensor (q/k/v_proj,
-// gate/up_proj) calibrate to the same amax, so their quantizers compute the same result: the
-// second and third reuse it (under autograd too: the gradients of all readers meet at the one
-// output and pass the straight-through function once, which is the same sum). The input is held,
-// so its address cannot be reused by another tensor while it is the key.
+// The last input fake-quantized, and its result (without autograd). Layers that read one tensor
+// (q/k/v_proj, gate/up_proj) calibrate to the same amax, so their quantizers compute the same
+// result: the second and third reuse it, each through its own straight-through node. The input is
+// held, so its address cannot be reused by another tensor while it is the key.
 struct LastInput {
   torch::Tensor input, output;
+  double clip = -1;      // StraightThroughFunction's
+  torch::Tensor reader;  // what the readers' nodes take as their input: x, or x's clipping node
   int64_t version = -1;
   fp4_config config{};
   float amax = NAN;
@@ -318,17 +316,34 @@ float FakeQuantizer::effectiveAmax() const {
 
 namespace {
 
-// What a weight quantizer hands its linear layer: under BF16 autocast on the CPU the linear
-// computes in BF16 and would cast an fp32 result first, so the pieces narrow it while it is in
-// cache instead (the same bits, one pass over memory fewer). Otherwise x's own dtype. Not for
-// inputs: one fake-quantized input feeds q/k/v (gate/up), and autograd sums their gradients in
-// the shared tensor's dtype, which autocast's casts keep in fp32.
-std::optional<torch::ScalarType> resultType(const torch::Tensor& x, FakeQuantizer::Role role) {
-  if (role == FakeQuantizer::Role::Weight && x.is_cpu() && x.scalar_type() == torch::kFloat &&
+// What a quantizer hands its linear layer: under BF16 autocast on the CPU the linear computes in
+// BF16 and would cast an fp32 result first (once per reader: q/k/v_proj cast one input three
+// times), so the pieces narrow it while it is in cache instead: the same bits, one pass over memory
+// fewer, and no casts. Otherwise x's own dtype.
+std::optional<torch::ScalarType> resultType(const torch::Tensor& x) {
+  if (x.is_cpu() && x.scalar_type() == torch::kFloat &&
       at::autocast::is_autocast_enabled(at::kCPU) &&
       at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16)
     return torch::kBFloat16;
   return std::nullopt;
+}
+
+// x fake-quantized without autograd, and the clipped gradient's mask amax for
+// StraightThroughFunction (-1: no mask). The clipped case measures max |x| in the same pass
+// (vectorized): when nothing exceeds amax the backward needs no mask.
+struct Quantized {
+  torch::Tensor y;
+  double clip = -1;
+};
+Quantized quantized(const torch::Tensor& x, const fp4_config& config, float amax, bool clipped,
+                    bool grad, fp4_error_stats* stats, std::optional<torch::ScalarType> outType) {
+  torch::NoGradGuard noGrad;
+  const bool clip = grad && clipped && std::isfinite(amax) && amax >= 0;
+  float inputAbsMax = 0;
+  Quantized q;
+  q.y = fakeQuantize(x, config, amax, stats, nullptr, clip ? &inputAbsMax : nullptr, outType);
+  if (clip && inputAbsMax > amax) q.clip = amax;
+  return q;
 }
 
 }  // namespace
@@ -339,7 +354,7 @@ torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
     return x;
   }
   const float amax = effectiveAmax();
-  const std::optional<torch::ScalarType> outType = resultType(x, m_role);
+  const std::optional<torch::ScalarType> outType = resultType(x);
   const bool clipped = m_backward == Backward::ClippedStraightThrough;
   const bool grad = torch::GradMode::is_enabled() && x.requires_grad();
   if (m_role == Role::Input) {
@@ -349,10 +364,10 @@ torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
       last = LastInput();
       fp4_stats_clear(&last.stats);
       // Statistics cost a slower kernel path: only while someone measures.
-      fp4_error_stats* stats = m_measuring ? &last.stats : nullptr;
-      last.output = grad ? FakeQuantFunction::apply(x, &m_config, double(amax), clipped, stats,
-                                                    outType.has_value())
-                         : fakeQuantize(x, m_config, amax, stats, nullptr, nullptr, outType);
+      const Quantized q =
+          quantized(x, m_config, amax, clipped, grad, m_measuring ? &last.stats : nullptr, outType);
+      last.output = q.y;
+      last.clip = q.clip;
       last.measured = m_measuring;
       last.input = x;
       last.version = x._version();
@@ -362,12 +377,16 @@ torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
       last.grad = grad;
     }
     if (m_measuring) fp4_stats_merge(&m_stats, &last.stats);
-    return last.output;
+    if (!grad) return last.output;
+    // Each reader its own node; a mask, when there is one, once on their summed gradient.
+    if (!last.reader.defined())
+      last.reader = last.clip >= 0 ? StraightThroughFunction::apply(x, x.detach(), last.clip) : x;
+    return StraightThroughFunction::apply(last.reader, last.output, -1);
   }
   if (grad) {
     m_cached = torch::Tensor();
-    return FakeQuantFunction::apply(x, &m_config, double(amax), clipped, nullptr,
-                                    outType.has_value());
+    const Quantized q = quantized(x, m_config, amax, clipped, true, nullptr, outType);
+    return StraightThroughFunction::apply(x, q.y, q.clip);
   }
   // A weight unchanged since the last no-grad call (same storage, same version): reuse it.
   if (m_cached.defined() && m_cachedData == x.data_ptr() && m_cachedVersion == x._version() &&

@@ -187,9 +187,10 @@ TEST_CASE("fp32 inputs can come back in BF16: the fp32 result rounded once", "[q
 
 TEST_CASE("Under BF16 autocast quantized linears compute what fp32 quantizers and casts give",
           "[quant][dtype][grad]") {
-  // Weight quantizers narrow their fp32 results for the BF16 linear themselves; an input shared
-  // by three linears (q/k/v) stays fp32 so that its three gradients are summed in fp32. The
-  // outputs and every gradient must be what fp32 quantizers followed by autocast's casts give.
+  // Quantizers narrow their fp32 results for the BF16 linear themselves, weights and an input
+  // shared by three linears (q/k/v) alike. The outputs and every gradient must be what fp32
+  // quantizers followed by autocast's casts give: the reference quantizes the input once, in
+  // fp32, and each linear casts it, so its three gradients are summed in fp32.
   torch::manual_seed(13);
   const fp4_config cfg = configFor(FP4_FORMAT_NVFP4, false);
   for (const quant::Backward backward :
@@ -209,12 +210,16 @@ TEST_CASE("Under BF16 autocast quantized linears compute what fp32 quantizers an
       std::vector<torch::Tensor> w, y;
       for (const torch::Tensor& t : w0) w.push_back(t.clone().requires_grad_(true));
       at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+      at::autocast::set_autocast_enabled(at::kCPU, false);
+      const torch::Tensor shared = narrowed ? torch::Tensor() : input.apply(x);
       for (int i = 0; i < 3; ++i) {
         // The reference: the quantizers with autocast off (fp32), autocast's casts in the linear.
         at::autocast::set_autocast_enabled(at::kCPU, narrowed);
-        const torch::Tensor qx = input.apply(x), qw = weights[size_t(i)]->apply(w[size_t(i)]);
-        CHECK(qx.scalar_type() == torch::kFloat);
-        CHECK(qw.scalar_type() == (narrowed ? torch::kBFloat16 : torch::kFloat));
+        const torch::Tensor qx = narrowed ? input.apply(x) : shared,
+                            qw = weights[size_t(i)]->apply(w[size_t(i)]);
+        const auto type = narrowed ? torch::kBFloat16 : torch::kFloat;
+        CHECK(qx.scalar_type() == type);
+        CHECK(qw.scalar_type() == type);
         at::autocast::set_autocast_enabled(at::kCPU, true);
         y.push_back(torch::linear(qx, qw));
       }
