@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fp4lab/data/packing.h"
@@ -55,6 +56,22 @@ inline std::vector<data::Sequence> randomSequences(size_t count, int seq, int64_
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// "--name N" pairs into the integers they name; prints `usage` and returns false on anything else.
+inline bool integerFlags(int argc, char** argv,
+                         const std::vector<std::pair<std::string, int64_t*>>& flags,
+                         const char* usage) {
+  for (int i = 1; i < argc; i += 2) {
+    const auto f = std::find_if(flags.begin(), flags.end(),
+                                [&](const auto& flag) { return flag.first == argv[i]; });
+    if (f == flags.end() || i + 1 >= argc) {
+      std::fprintf(stderr, "usage: %s\n", usage);
+      return false;
+    }
+    *f->second = std::atoll(argv[i + 1]);
+  }
+  return true;
 }
 
 // Wall-clock seconds of one call.

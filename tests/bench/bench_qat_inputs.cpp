@@ -75,25 +75,15 @@ std::vector<torch::Tensor> step(std::vector<Input>& inputs, Path path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 15, threads = 0, layers = 30;
-  int64_t tokens = 2048;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--reps")
-      reps = std::atoi(argv[i + 1]);
-    else if (flag == "--threads")
-      threads = std::atoi(argv[i + 1]);
-    else if (flag == "--layers")
-      layers = std::atoi(argv[i + 1]);
-    else if (flag == "--tokens")
-      tokens = std::atoll(argv[i + 1]);
-    else {
-      std::fprintf(stderr,
-                   "usage: bench_qat_inputs [--reps R] [--threads N] [--layers L] [--tokens T]\n");
-      return 2;
-    }
-  }
-  if (threads > 0) torch::set_num_threads(threads), fp4_set_num_threads(threads);
+  int64_t reps = 15, threads = 0, layers = 30, tokens = 2048;
+  if (!bench::integerFlags(argc, argv,
+                           {{"--reps", &reps},
+                            {"--threads", &threads},
+                            {"--layers", &layers},
+                            {"--tokens", &tokens}},
+                           "bench_qat_inputs [--reps R] [--threads N] [--layers L] [--tokens T]"))
+    return 2;
+  if (threads > 0) torch::set_num_threads(int(threads)), fp4_set_num_threads(int(threads));
   at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
   torch::manual_seed(0);
   const fp4_config cfg = fp4_default_config(FP4_FORMAT_NVFP4);
@@ -139,9 +129,9 @@ int main(int argc, char** argv) {
     tSft.push_back(s), tBefore.push_back(b), tAfter.push_back(a);
   }
   const double s = median(tSft) * 1e3, b = median(tBefore) * 1e3, a = median(tAfter) * 1e3;
-  std::printf("%d layers x %lld tokens, %.1f M input elements, %d threads, %d repetitions\n\n",
-              layers, static_cast<long long>(tokens), double(elements) / 1e6,
-              torch::get_num_threads(), reps);
+  std::printf("%lld layers x %lld tokens, %.1f M input elements, %d threads, %lld repetitions\n\n",
+              static_cast<long long>(layers), static_cast<long long>(tokens),
+              double(elements) / 1e6, torch::get_num_threads(), static_cast<long long>(reps));
   std::printf("| input path per step, forward and backward | median (ms) | over SFT's (ms) |\n");
   std::printf("|---|---|---|\n");
   std::printf("| SFT: autocast's casts | %.1f | |\n", s);

@@ -41,21 +41,12 @@ float amaxAsTensorOps(const torch::Tensor& w) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 15, threads = 0, layers = 30;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--reps")
-      reps = std::atoi(argv[i + 1]);
-    else if (flag == "--threads")
-      threads = std::atoi(argv[i + 1]);
-    else if (flag == "--layers")
-      layers = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: bench_qat_weights [--reps R] [--threads N] [--layers L]\n");
-      return 2;
-    }
-  }
-  if (threads > 0) torch::set_num_threads(threads), fp4_set_num_threads(threads);
+  int64_t reps = 15, threads = 0, layers = 30;
+  if (!bench::integerFlags(argc, argv,
+                           {{"--reps", &reps}, {"--threads", &threads}, {"--layers", &layers}},
+                           "bench_qat_weights [--reps R] [--threads N] [--layers L]"))
+    return 2;
+  if (threads > 0) torch::set_num_threads(int(threads)), fp4_set_num_threads(int(threads));
   torch::manual_seed(0);
   // SmolLM2-135M: hidden 576, 9 heads / 3 KV heads of 64, SwiGLU 1536. Groups share a scale.
   const std::vector<std::vector<std::vector<int64_t>>> groups = {
@@ -127,8 +118,9 @@ int main(int argc, char** argv) {
   }
   const double c = median(tCast) * 1e3, b = median(tBefore) * 1e3, m = median(tAmax) * 1e3,
                a = median(tAfter) * 1e3;
-  std::printf("%d layers, %.1f M weight elements, %d threads, %d repetitions\n\n", layers,
-              double(elements) / 1e6, torch::get_num_threads(), reps);
+  std::printf("%lld layers, %.1f M weight elements, %d threads, %lld repetitions\n\n",
+              static_cast<long long>(layers), double(elements) / 1e6, torch::get_num_threads(),
+              static_cast<long long>(reps));
   std::printf("| weight path per step | median (ms) | over the cast (ms) |\n|---|---|---|\n");
   std::printf("| cast to BF16 (SFT) | %.1f | |\n", c);
   std::printf("| QAT before | %.1f | %.1f |\n", b, b - c);
