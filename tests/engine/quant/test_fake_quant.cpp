@@ -272,6 +272,26 @@ TEST_CASE("Straight-through and clipped straight-through gradients", "[quant][gr
     CHECK(bitEqual(x.grad(), expected));
     CHECK(x0.abs().gt(amax).any().item<bool>());  // the case is not vacuous
   }
+  SECTION("the mask in every dtype and path, across threads' chunks") {
+    // fp32 and BF16: the fused mask, after the pieces or (measuring) the statistics path; fp64:
+    // LibTorch's masked_fill. 1 100 x 64 elements span two parallel chunks; NaNs pass.
+    torch::Tensor big = torch::randn({1100, 64}), up = torch::randn({1100, 64});
+    big.index_put_({7, 3}, NAN);
+    for (const torch::ScalarType type : {torch::kFloat, torch::kBFloat16, torch::kDouble}) {
+      for (const bool measuring : {false, true}) {
+        INFO("dtype " << type << " measuring " << measuring);
+        quant::forgetSharedInput();
+        quant::FakeQuantizer q(cfg, quant::Backward::ClippedStraightThrough,
+                               quant::FakeQuantizer::Role::Input, true);
+        q.setAmax(amax);
+        q.setMeasuring(measuring);
+        torch::Tensor x = big.to(type).clone().requires_grad_(true);
+        (q.apply(x).to(torch::kFloat) * up).sum().backward();
+        const torch::Tensor beyond = big.to(type).to(torch::kFloat).abs() > amax;
+        CHECK(bitEqual(x.grad(), up.to(type).masked_fill(beyond, 0)));
+      }
+    }
+  }
 }
 
 TEST_CASE("Max calibration records the largest |x| over all batches", "[quant][calibration]") {
