@@ -8,8 +8,10 @@ namespace fp4lab::widgets {
 RunSummary summarize(const run::RunFolder& folder, const RunCurves* curves) {
   RunSummary s;
   s.step = folder.step;
-  s.maxSteps =
-      folder.maxSteps > 0 ? folder.maxSteps : (folder.hasConfig ? folder.config.maxSteps : 0);
+  // status.json's count where there is one (0 for PTQ, which trains no steps whatever run.yaml's
+  // train.max_steps says); run.yaml's for a folder without it.
+  s.maxSteps = folder.state != RunState::Unknown ? folder.maxSteps
+                                                 : (folder.hasConfig ? folder.config.maxSteps : 0);
   if (!curves) return s;
   s.createdUtc = curves->createdUtc;
   if (!curves->train.empty()) {

@@ -269,6 +269,24 @@ TEST_CASE("format labels and durations", "[runs-model]") {
   CHECK(formatDuration(NAN).isEmpty());
 }
 
+TEST_CASE("a run's step count: status.json's, else run.yaml's", "[runs-model]") {
+  run::RunFolder f;
+  f.hasConfig = true;
+  f.config.recipe = "ptq";
+  f.config.maxSteps = 100;  // the default, which PTQ does not train
+  f.state = RunState::Finished;
+  f.maxSteps = 0;  // what the runner writes for PTQ
+  CHECK(summarize(f, nullptr).maxSteps == 0);
+  f.config.recipe = "qat";
+  f.maxSteps = 60;
+  f.step = 60;
+  CHECK(summarize(f, nullptr).maxSteps == 60);
+  f.state = RunState::Unknown;  // no status.json (yet): what run.yaml plans
+  f.maxSteps = 0;
+  f.step = 0;
+  CHECK(summarize(f, nullptr).maxSteps == 100);
+}
+
 namespace {
 
 // The worker in its own thread, as the window runs it; the test reads what it publishes.
