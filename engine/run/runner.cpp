@@ -516,14 +516,21 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   train::TrainOutcome outcome;
   try {
     outcome = trainer.run();
+    // The model is the run's result: a run whose model could not be written (a full disk) has
+    // failed, with its last checkpoint to resume from once the cause is gone.
+    if (outcome == train::TrainOutcome::Finished && writer)
+      saveModel((runDir / "model").string(), saveDtype);
   } catch (const std::exception& e) {
-    if (writer) {
-      writeRunStatus(runDir.string(), RunState::Failed, trainer.state().step, maxSteps, e.what());
-      logWriter->event("memory", memoryNote(device));
-      logWriter->event("end", std::string("failed: ") + e.what());
-      logWriter->close();
-    } else {
-      markFailedIfWriterDied(runDir.string(), maxSteps, e.what());
+    try {  // best effort (the disk may be full): the error to report is e
+      if (writer) {
+        writeRunStatus(runDir.string(), RunState::Failed, trainer.state().step, maxSteps, e.what());
+        logWriter->event("memory", memoryNote(device));
+        logWriter->event("end", std::string("failed: ") + e.what());
+        logWriter->close();
+      } else {
+        markFailedIfWriterDied(runDir.string(), maxSteps, e.what());
+      }
+    } catch (const std::exception&) {
     }
     throw;
   }
@@ -531,7 +538,6 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   writeTestDigest(group ? group->rank() : 0, group ? group->world() : 1, result.steps, bundle.model,
                   layers);
   if (outcome == train::TrainOutcome::Finished) {
-    if (writer) saveModel((runDir / "model").string(), saveDtype);
     result.state = RunState::Finished;
   } else if (outcome == train::TrainOutcome::Stopped) {
     result.state = RunState::Cancelled;

@@ -3,6 +3,10 @@
 // and leaves its last good checkpoint complete and untouched.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
+#include <csignal>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -140,6 +144,54 @@ TEST_CASE("Training computes the same bits at one and at two threads", "[train][
     CHECK(!weightsAt[1].empty());
     CHECK(weightsAt[1] == weightsAt[2]);
   }
+}
+
+TEST_CASE("A model that cannot be written fails the run, which resumes once it can",
+          "[train][resume][errors]") {
+  // A full disk, for files written after the last checkpoint: RLIMIT_FSIZE makes writing past
+  // 2 MB fail (EFBIG) as ENOSPC would, whoever the user is (root ignores permissions).
+  TempDir tmp;
+  run::RunOptions options;
+  options.runDir = (tmp.path / "run").string();
+  struct FileSizeLimit {
+    rlimit saved{};
+    void (*handler)(int) = SIG_DFL;
+    bool on = false;
+    void set(rlim_t bytes) {
+      ::getrlimit(RLIMIT_FSIZE, &saved);
+      handler = std::signal(SIGXFSZ, SIG_IGN);
+      rlimit small = saved;
+      small.rlim_cur = bytes;
+      on = ::setrlimit(RLIMIT_FSIZE, &small) == 0;
+    }
+    ~FileSizeLimit() {
+      if (!on) return;
+      ::setrlimit(RLIMIT_FSIZE, &saved);
+      std::signal(SIGXFSZ, handler);
+    }
+  };
+  {
+    FileSizeLimit limit;
+    options.onEvent = [&](const run::RunEvent& e) {
+      if (e.kind == EventKind::Checkpoint && e.step == 20) limit.set(2 << 20);
+    };
+    CHECK_THROWS_WITH(run::executeRun(tinyConfig(20), options),
+                      Catch::Contains("model.safetensors"));
+    REQUIRE(limit.on);
+  }
+  const run::RunFolder failed = run::readRunFolder(options.runDir);
+  CHECK(failed.state == RunState::Failed);
+  CHECK(failed.step == 20);
+  CHECK_THAT(failed.message, Catch::Contains("model.safetensors"));
+  CHECK(!fs::exists(tmp.path / "run/model"));
+  CHECK(fs::exists(tmp.path / "run/checkpoints/step-20/optimizer.pt"));
+  // With room again, resuming from the last checkpoint writes the model and finishes.
+  options.onEvent = nullptr;
+  options.resumeFrom = "latest";
+  CHECK(run::executeRun(tinyConfig(20), options).state == RunState::Finished);
+  CHECK(fs::exists(tmp.path / "run/model/model.safetensors"));
+  CHECK(run::readRunState(options.runDir) == RunState::Finished);
+  CHECK(losses(options.runDir).size() == 20);
 }
 
 TEST_CASE("A resumed run reproduces the uninterrupted run", "[train][resume]") {
