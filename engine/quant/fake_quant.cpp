@@ -206,7 +206,6 @@ class StraightThroughFunction : public torch::autograd::Function<StraightThrough
 // held, so its address cannot be reused by another tensor while it is the key.
 struct LastInput {
   torch::Tensor input, output;
-  double clip = -1;      // StraightThroughFunction's
   torch::Tensor reader;  // what the readers' nodes take as their input: x, or x's clipping node
   int64_t version = -1;
   fp4_config config{};
@@ -367,7 +366,8 @@ torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
       const Quantized q =
           quantized(x, m_config, amax, clipped, grad, m_measuring ? &last.stats : nullptr, outType);
       last.output = q.y;
-      last.clip = q.clip;
+      // A mask, when there is one, once on the readers' summed gradient.
+      last.reader = grad && q.clip >= 0 ? StraightThroughFunction::apply(x, x.detach(), q.clip) : x;
       last.measured = m_measuring;
       last.input = x;
       last.version = x._version();
@@ -377,11 +377,8 @@ torch::Tensor FakeQuantizer::apply(const torch::Tensor& x) {
       last.grad = grad;
     }
     if (m_measuring) fp4_stats_merge(&m_stats, &last.stats);
-    if (!grad) return last.output;
-    // Each reader its own node; a mask, when there is one, once on their summed gradient.
-    if (!last.reader.defined())
-      last.reader = last.clip >= 0 ? StraightThroughFunction::apply(x, x.detach(), last.clip) : x;
-    return StraightThroughFunction::apply(last.reader, last.output, -1);
+    // Each reader its own node.
+    return grad ? StraightThroughFunction::apply(last.reader, last.output, -1) : last.output;
   }
   if (grad) {
     m_cached = torch::Tensor();
