@@ -94,7 +94,7 @@ std::vector<Step> experimentSteps(const ExperimentConfig& config, const std::str
                                     "train.device=" + config.device,
                                     "train.eval_every=" + std::to_string(config.evalEvery),
                                     "train.eval_batches=" + std::to_string(config.evalBatches),
-                                    "train.keep_checkpoints=1",
+                                    "train.keep_checkpoints=0",
                                     "eval.tasks=" + tasks,
                                     "eval.task_items=" + std::to_string(config.taskItems)};
   };

@@ -166,7 +166,9 @@ const std::vector<Binding>& table() {
                "train.checkpoint_every", 0, kMaxSteps,
                "checkpoint every N steps (and always at the end and on stop; 0: only then)"))),
       bind(&C::keepCheckpoints,
-           operational(integer("train.keep_checkpoints", 1, 1e4, "keep the newest N checkpoints"))),
+           operational(integer("train.keep_checkpoints", 0, 1e4,
+                               "keep the newest N checkpoints (0: the newest while the run is "
+                               "unfinished, none once it has finished and saved its model/)"))),
       bind(&C::threads, operational(integer("train.threads", 0, 4096,
                                             "CPU threads (0: up to every core the process may run "
                                             "on, fewer while other programs keep cores busy)"))),

@@ -548,11 +548,30 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
     result.message = "the loss diverged at step " + std::to_string(result.steps + 1);
   }
   if (!writer) return result;
+  // train.keep_checkpoints=0: a finished run's result is its model/; its checkpoint (weights and
+  // optimizer moments, three times the model) goes once the status says finished.
+  const bool dropCheckpoints = result.state == RunState::Finished && config.keepCheckpoints == 0;
   logWriter->event("memory", memoryNote(device));
+  if (dropCheckpoints)
+    logWriter->event("checkpoint",
+                     "removing checkpoints/: the run keeps its model/ "
+                     "(train.keep_checkpoints=0)");
   logWriter->event("end", std::string(toString(result.state)) +
                               (result.message.empty() ? "" : ": " + result.message));
   logWriter->close();
   writeRunStatus(runDir.string(), result.state, result.steps, maxSteps, result.message);
+  if (dropCheckpoints) {
+    std::error_code ec;
+    fs::remove_all(runDir / "checkpoints", ec);
+    if (ec) {
+      RunEvent warning;
+      warning.kind = EventKind::Warning;
+      warning.step = result.steps, warning.maxSteps = maxSteps;
+      warning.message = "could not remove " + (runDir / "checkpoints").string() + ": " +
+                        ec.message() + " (the run finished; delete that folder by hand)";
+      emit(warning);
+    }
+  }
   RunEvent end;
   end.kind = result.state == RunState::Finished
                  ? EventKind::Finished

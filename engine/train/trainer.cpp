@@ -318,15 +318,16 @@ void Trainer::saveCheckpoint() {
   m_lastCheckpoint = final.string();
   m_listener.onCheckpoint(m_lastCheckpoint, m_state.step);
 
-  // Keep the newest N.
+  // Keep the newest N (at least one until the run has finished: the runner removes the last one
+  // of a finished run that keeps none).
+  const size_t keep = size_t(std::max(1, m_config.keepCheckpoints));
   std::vector<std::pair<int64_t, fs::path>> existing;
   for (const auto& entry : fs::directory_iterator(root)) {
     std::string n = entry.path().filename().string();
     if (n.rfind("step-", 0) == 0) existing.emplace_back(std::stoll(n.substr(5)), entry.path());
   }
   std::sort(existing.begin(), existing.end());
-  for (size_t i = 0; i + size_t(m_config.keepCheckpoints) < existing.size(); ++i)
-    fs::remove_all(existing[i].second);
+  for (size_t i = 0; i + keep < existing.size(); ++i) fs::remove_all(existing[i].second);
 }
 
 namespace {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# End-to-end test of `fp4lab experiment --quick`: every stage's run folder, the report (markdown
-# and CSV) with one row per run and its goals, reuse of finished runs on a second invocation, and
-# bad input (exit 2, nothing written).
+# End-to-end test of `fp4lab experiment --quick`: every stage's run folder (its model, and no
+# checkpoint left once finished), the report (markdown and CSV) with one row per run and its goals,
+# reuse of finished runs on a second invocation, and bad input (exit 2, nothing written).
 set -euo pipefail
 BIN=${FP4LAB_BIN:?set FP4LAB_BIN to the fp4lab executable}
 T=$(mktemp -d)
@@ -18,6 +18,9 @@ for r in $RUNS; do
   grep -q '"state": "finished"' "$T/exp/$r/status.json" || fail "run $r did not finish"
   [ -f "$T/exp/$r/tasks/step-$(python3 -c "import json;print(json.load(open('$T/exp/$r/status.json'))['step'])").jsonl" ] ||
     fail "run $r has no graded answers"
+  # A finished run's result is its model/: its checkpoint (train.keep_checkpoints=0) is gone.
+  [ -f "$T/exp/$r/model/config.json" ] || fail "run $r has no model/"
+  [ ! -e "$T/exp/$r/checkpoints" ] || fail "finished run $r kept $(ls "$T/exp/$r/checkpoints")"
 done
 [ -f "$T/exp/qat-nvfp4/model/quant_state.json" ] || fail "no quantizer state in the QAT model"
 cmp -s "$T/stdout.md" <(cat "$T/exp/report.md"; echo) || fail "stdout differs from report.md"

@@ -234,6 +234,48 @@ TEST_CASE("A resumed run reproduces the uninterrupted run", "[train][resume]") {
   CHECK(evalA.front().second > evalA.back().second + 0.5);
 }
 
+TEST_CASE("train.keep_checkpoints: the newest N; 0 keeps one until the run has finished",
+          "[train][resume]") {
+  TempDir tmp;
+  SECTION("2: the newest two stay after the run") {
+    run::RunOptions options;
+    options.runDir = (tmp.path / "two").string();
+    run::RunConfig c = tinyConfig(12);  // checkpoints at steps 5, 10 and 12
+    c.keepCheckpoints = 2;
+    REQUIRE(run::executeRun(c, options).state == RunState::Finished);
+    CHECK(entryNames(tmp.path / "two" / "checkpoints") ==
+          std::vector<std::string>{"step-10", "step-12"});
+  }
+  SECTION("0: stopped, the run keeps its newest checkpoint; finished, it keeps only model/") {
+    run::RunConfig c = tinyConfig(12);
+    c.keepCheckpoints = 0;
+    const fs::path runDir = tmp.path / "none";
+    run::RunOptions first;
+    first.runDir = runDir.string();
+    std::atomic<bool> stop{false};
+    first.stopRequested = &stop;
+    first.onEvent = [&](const run::RunEvent& e) {
+      if (e.kind == EventKind::Step && e.step == 7) stop = true;
+    };
+    REQUIRE(run::executeRun(c, first).state == RunState::Cancelled);
+    CHECK(entryNames(runDir / "checkpoints") == std::vector<std::string>{"step-7"});
+
+    run::RunOptions second;
+    second.runDir = runDir.string();
+    second.resumeFrom = "latest";
+    std::vector<int64_t> checkpointed;
+    second.onEvent = [&](const run::RunEvent& e) {
+      if (e.kind == EventKind::Checkpoint) checkpointed.push_back(e.step);
+    };
+    REQUIRE(run::executeRun(c, second).state == RunState::Finished);
+    CHECK(checkpointed == std::vector<int64_t>{10, 12});  // written while it ran, then removed
+    CHECK_FALSE(fs::exists(runDir / "checkpoints"));
+    CHECK(fs::exists(runDir / "model" / "model.safetensors"));
+    CHECK(run::readRunState(runDir.string()) == RunState::Finished);
+    CHECK(losses(runDir.string()).size() == 12);
+  }
+}
+
 TEST_CASE("A run resumed from its final checkpoint saves its model without a second evaluation",
           "[train][resume]") {
   TempDir tmp;
