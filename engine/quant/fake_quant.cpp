@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <memory>
 #include <optional>
 #include <vector>
 
@@ -21,23 +19,24 @@ namespace fp4lab::quant {
 
 namespace {
 
-// Fake quantization of a CPU tensor a few rows at a time, each piece widened (BF16), measured
-// (max |x|) and fake-quantized while it is in cache, and the result narrowed to the output's dtype
-// (BF16 output of an fp32 input: the fp32 result rounded once, as a cast after it would): one read
-// and one write of the tensor in memory, instead of a widening copy, a separate amax pass, the
-// kernel's own pass and a narrowing copy. Per row (and per 16-row tile) the kernels compute
-// exactly what they compute on the whole tensor (stochastic rounding is keyed by the element's
-// index in the tensor: each piece offsets it), so the result is bit-identical. Needs the tensor
-// amax up front (NVFP4) and no statistics.
+// Fake quantization of a CPU tensor whose input or output is BF16 (or whose max |x| is wanted),
+// a few rows at a time on LibTorch's threads (the pieces are too small to wake the kernels' own
+// pool, which would compete with LibTorch's still-spinning workers: slower in bench_qat_inputs).
+// The kernels widen each element as they load it, round the fp32 result once as they store it
+// (what a cast after fp32 fake quantization gives) and measure max |x| from the block maxima they
+// compute anyway: one read and one write of the tensor, no widening or narrowing copy and no
+// separate amax pass. Per row (and 16-row tile) the kernels compute what they compute on the
+// whole tensor (stochastic rounding is keyed by the element's index: each piece offsets it), so
+// the result is bit-identical. Needs the tensor amax up front (NVFP4) and no statistics.
 torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& config, float amax,
                                    int64_t rows, int64_t cols, float* inputAbsMax,
                                    torch::ScalarType outType) {
-  using model::fused::Type;
-  const bool bf16In = x.scalar_type() == torch::kBFloat16;
-  const bool bf16Out = outType == torch::kBFloat16;
+  const auto dtype = [](torch::ScalarType t) {
+    return t == torch::kBFloat16 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32;
+  };
   const torch::Tensor in = x.contiguous();
   torch::Tensor out = torch::empty(in.sizes(), in.options().dtype(outType));
-  // ~32 K elements (128 KB in fp32) per piece; a multiple of 16 rows keeps 16x16 tiles whole.
+  // ~32 K elements per piece; a multiple of 16 rows keeps 16x16 tiles whole.
   const int64_t pieceRows = std::max<int64_t>(16, (32768 / cols) / 16 * 16);
   const int64_t pieces = (rows + pieceRows - 1) / pieceRows;
   if (inputAbsMax) *inputAbsMax = 0;
@@ -48,27 +47,15 @@ torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& con
   auto* outBytes = static_cast<char*>(out.data_ptr());
   const int64_t inSize = int64_t(in.element_size()), outSize = int64_t(out.element_size());
   at::parallel_for(0, pieces, 1, [&](int64_t begin, int64_t end) {
-    // The piece in fp32 where either end is BF16, fake-quantized in place (the kernels allow
-    // y == x); not zeroed.
-    std::unique_ptr<float[]> wide(bf16In || bf16Out ? new float[size_t(pieceRows * cols)]
-                                                    : nullptr);
     for (int64_t p = begin; p < end; ++p) {
-      const int64_t r0 = p * pieceRows, n = std::min(pieceRows, rows - r0) * cols;
-      const void* pieceIn = inBytes + r0 * cols * inSize;
-      void* pieceOut = outBytes + r0 * cols * outSize;
-      const float* src = static_cast<const float*>(pieceIn);
-      float* dst = bf16Out ? wide.get() : static_cast<float*>(pieceOut);
-      if (bf16In) {
-        model::fused::convert(Type::BF16, pieceIn, Type::F32, wide.get(), n);
-        src = wide.get();
-      }
-      if (inputAbsMax) pieceAbsMax[size_t(p)] = fp4_tensor_amax(src, n);
+      const int64_t r0 = p * pieceRows;
       fp4_config piece = config;
       piece.seed_offset += uint64_t(r0 * cols);
-      if (fp4_fake_quantize(&piece, src, n / cols, cols, amax, dst, nullptr, nullptr, nullptr) !=
-          FP4_OK)
+      if (fp4_fake_quantize_typed(&piece, inBytes + r0 * cols * inSize, dtype(in.scalar_type()),
+                                  std::min(pieceRows, rows - r0), cols, amax,
+                                  outBytes + r0 * cols * outSize, dtype(outType),
+                                  inputAbsMax ? &pieceAbsMax[size_t(p)] : nullptr) != FP4_OK)
         pieceError[size_t(p)] = fp4_last_error();
-      if (bf16Out) model::fused::convert(Type::F32, dst, Type::BF16, pieceOut, n);
     }
   });
   for (const std::string& e : pieceError)
@@ -99,8 +86,7 @@ torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, flo
       x.scalar_type() == torch::kBFloat16 ||
       (x.scalar_type() == torch::kFloat && (inputAbsMax || outType == torch::kBFloat16));
   if (x.is_cpu() && !stats && !blockSqErr && pieceTypes) {
-    // NVFP4 measuring its own amax: one vectorized pass first (what the kernels measure), then
-    // the pieces.
+    // NVFP4 measuring its own amax: one vectorized pass first (what the kernels measure).
     if (amax < 0 && config.format == FP4_FORMAT_NVFP4 && x.scalar_type() == torch::kFloat &&
         x.is_contiguous())
       amax = fp4_tensor_amax(x.data_ptr<float>(), x.numel());
@@ -317,7 +303,7 @@ namespace {
 
 // What a quantizer hands its linear layer: under BF16 autocast on the CPU the linear computes in
 // BF16 and would cast an fp32 result first (once per reader: q/k/v_proj cast one input three
-// times), so the pieces narrow it while it is in cache instead: the same bits, one pass over memory
+// times), so the pieces narrow it as they store it instead: the same bits, one pass over memory
 // fewer, and no casts. Otherwise x's own dtype.
 std::optional<torch::ScalarType> resultType(const torch::Tensor& x) {
   if (x.is_cpu() && x.scalar_type() == torch::kFloat &&

@@ -22,7 +22,16 @@ struct Job {
   uint8_t* scales = nullptr;
   float* blockSqErr = nullptr;
   float* blockAmax = nullptr;
+  // fakeQuantizeTyped: a BF16 input (raw bits) in place of x, a BF16 output in place of y.
+  const uint16_t* xBf16 = nullptr;
+  uint16_t* yBf16 = nullptr;
 };
+
+// Whether the blocks of a row range are consecutive runs of elements fake-quantized with
+// nearest rounding: no 16x16 tiles and no rotation (the backends' fast paths).
+inline bool flatBlocks(const fp4_config& cfg) {
+  return !cfg.nvfp4_2d_blocks && !cfg.hadamard && cfg.rounding == FP4_ROUNDING_NEAREST_EVEN;
+}
 
 // Row ranges handed to a backend are multiples of 16 rows (except the tensor's last chunk),
 // so NVFP4 16x16 tiles never straddle two calls.
@@ -40,6 +49,10 @@ struct BackendOps {
   // having done nothing, when the job is not one it handles (the caller then measures the amax
   // and calls fakeQuantize). Called only for tensors of one chunk, on one thread.
   bool (*fakeQuantizeWhole)(Job& job);
+  // Optional: fakeQuantize of a flatBlocks job without statistics whose input is job.x or
+  // job.xBf16 and output job.y or job.yBf16, converting in registers; *absMax (if not null) gets
+  // the max |x| over the rows' finite elements.
+  void (*fakeQuantizeTyped)(const Job& job, int64_t row0, int64_t row1, float* absMax);
 };
 
 const BackendOps& referenceBackend();

@@ -22,6 +22,7 @@ typedef uint32_t VU8 __attribute__((vector_size(32)));
 typedef uint32_t VU4 __attribute__((vector_size(16)));
 typedef int32_t VI8 __attribute__((vector_size(32)));
 typedef uint8_t VB8 __attribute__((vector_size(8)));
+typedef uint16_t VH __attribute__((vector_size(32)));  // 16 BF16 values (raw bits)
 
 constexpr int kLanes = 16;
 
@@ -692,25 +693,57 @@ inline __m512 nvFakeFlat(__m512 x, const float* inverse, const float* decoded,
   return _mm512_mul_ps(_mm512_castsi512_ps(signed_), d);
 }
 
+// The flat path's element types at either end: fp32, or BF16 (raw bits), widened exactly as it
+// is loaded and rounded as it is stored (nearest even, NaN to 0x7FC0: io::floatToBf16, what
+// LibTorch's casts compute; integer arithmetic, because VCVTNEPS2BF16 flushes subnormals).
+inline __m512 loadWide(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline __m512 loadWide(const uint16_t* p) {
+  VH h;
+  std::memcpy(&h, p, sizeof h);
+  return (__m512)(__builtin_convertvector(h, VU) << 16);
+}
+inline void storeNarrow(float* p, __m512 v) {
+  _mm512_storeu_ps(p, v);
+}
+inline void storeNarrow(uint16_t* p, __m512 v) {
+  const VU bits = (VU)v;
+  VU r = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  r = (bits & 0x7FFFFFFFu) > 0x7F800000u ? splatU(0x7FC0u) : r;
+  const VH h = __builtin_convertvector(r, VH);
+  std::memcpy(p, &h, sizeof h);
+}
+
 // Phase 1: the maxima (bits of |x|; NaN/Inf >= 0x7F800000) of `count` blocks from `in`. Whole
 // groups skip groupAmaxBits' per-block count test and its maximum with 0.
-template <int Block>
-void blockMaxima(const float* in, int64_t count, uint32_t* amaxBits) {
+template <int Block, typename In>
+void blockMaxima(const In* in, int64_t count, uint32_t* amaxBits) {
   const int64_t whole = count / kLanes * kLanes;
   for (int64_t b = 0; b < whole; b += kLanes) {
-    const float* group = in + b * Block;
+    const In* group = in + b * Block;
     VU perBlock[kLanes];
     for (int i = 0; i < kLanes; ++i) {
-      VU m = (VU)load(group + i * Block) & 0x7FFFFFFFu;
+      VU m = (VU)loadWide(group + i * Block) & 0x7FFFFFFFu;
       for (int v = 1; v < Block / kLanes; ++v)
-        m = maxU(m, (VU)load(group + i * Block + v * kLanes) & 0x7FFFFFFFu);
+        m = maxU(m, (VU)loadWide(group + i * Block + v * kLanes) & 0x7FFFFFFFu);
       perBlock[i] = m;
     }
     VU m = reduceMax16(perBlock);
     std::memcpy(amaxBits + b, &m, sizeof m);
   }
   if (whole < count) {
-    VU m = groupAmaxBits<Block>(in + whole * Block, int(count - whole));
+    // As groupAmaxBits, for the last (partial) group.
+    VU perBlock[kLanes];
+    const In* group = in + whole * Block;
+    for (int i = 0; i < kLanes; ++i) {
+      VU m{};
+      if (i < count - whole)
+        for (int v = 0; v < Block / kLanes; ++v)
+          m = maxU(m, (VU)loadWide(group + i * Block + v * kLanes) & 0x7FFFFFFFu);
+      perBlock[i] = m;
+    }
+    VU m = reduceMax16(perBlock);
     std::memcpy(amaxBits + whole, &m, sizeof m);  // the buffers have room for whole groups
   }
 }
@@ -803,24 +836,27 @@ void segmentScales(const Job& job, const uint32_t* amaxBits, int count, SegmentS
   }
 }
 
-// Phase 3 of one block that takes no fast formula: processGroup with a group of one block.
-template <int Block>
-void slowBlock(const Job& job, int64_t flatBlock, uint32_t amaxBits) {
-  const int64_t blocksPerRow = job.cols / Block;
+// Phase 3 of one block that takes no fast formula: processGroup with a group of one block, on
+// the block widened to fp32 (the flat path rounds to nearest: no element index is needed).
+template <int Block, typename In, typename Out>
+void slowBlock(const Job& job, const In* in, Out* y, uint32_t amaxBits) {
+  alignas(64) float x[Block], q[Block];
+  for (int v = 0; v < Block; v += kLanes) _mm512_store_ps(x + v, loadWide(in + v));
+  Job one = job;
+  one.rows = 1, one.cols = Block, one.x = x, one.y = q;
   Group group;
-  group.r = flatBlock / blocksPerRow;
-  group.b0 = flatBlock % blocksPerRow;
   group.count = 1;
-  group.in = job.x + flatBlock * Block;
+  group.in = x;
   group.amaxBits = VU{};
   group.amaxBits[0] = amaxBits;
-  groupScales(job, group.amaxBits, group.g);
+  groupScales(one, group.amaxBits, group.g);
   StatsAccumulator unused(nullptr);
-  processGroup<Mode::Fake, Block>(job, group, unused, nullptr);
+  processGroup<Mode::Fake, Block>(one, group, unused, nullptr);
+  for (int v = 0; v < Block; v += kLanes) storeNarrow(y + v, _mm512_load_ps(q + v));
 }
 
-template <int Block>
-inline void fastBlocks(const float* in, float* y, const SegmentScales& s, int from, int to) {
+template <int Block, typename In, typename Out>
+inline void fastBlocks(const In* in, Out* y, const SegmentScales& s, int from, int to) {
   // Each input vector is loaded once (GCC would fold it into every instruction that reads it,
   // and an unaligned input splits every such load in two), and one block ahead: a load issued
   // after a store that overlaps it modulo 4 KB waits for that store (4K aliasing), as happens
@@ -829,14 +865,13 @@ inline void fastBlocks(const float* in, float* y, const SegmentScales& s, int fr
   if (from >= to) return;
   if (Block == kMxfp4BlockSize) {
     auto one = [&](int i, __m512 x0, __m512 x1) {
-      _mm512_storeu_ps(y + i * Block, mxFakeFlat(x0, s.first + i, s.second + i));
-      _mm512_storeu_ps(y + i * Block + kLanes, mxFakeFlat(x1, s.first + i, s.second + i));
+      storeNarrow(y + i * Block, mxFakeFlat(x0, s.first + i, s.second + i));
+      storeNarrow(y + i * Block + kLanes, mxFakeFlat(x1, s.first + i, s.second + i));
     };
-    __m512 x0 = _mm512_loadu_ps(in + from * Block),
-           x1 = _mm512_loadu_ps(in + from * Block + kLanes);
+    __m512 x0 = loadWide(in + from * Block), x1 = loadWide(in + from * Block + kLanes);
     for (int i = from; i < to - 1; ++i) {
-      __m512 next0 = _mm512_loadu_ps(in + (i + 1) * Block);
-      __m512 next1 = _mm512_loadu_ps(in + (i + 1) * Block + kLanes);
+      __m512 next0 = loadWide(in + (i + 1) * Block);
+      __m512 next1 = loadWide(in + (i + 1) * Block + kLanes);
       asm("" : "+v"(next0), "+v"(next1));
       one(i, x0, x1);
       x0 = next0, x1 = next1;
@@ -844,11 +879,11 @@ inline void fastBlocks(const float* in, float* y, const SegmentScales& s, int fr
     one(to - 1, x0, x1);
   } else {
     auto one = [&](int i, __m512 x) {
-      _mm512_storeu_ps(y + i * Block, nvFakeFlat(x, s.first + i, s.second + i, s.sign + i));
+      storeNarrow(y + i * Block, nvFakeFlat(x, s.first + i, s.second + i, s.sign + i));
     };
-    __m512 x = _mm512_loadu_ps(in + from * Block);
+    __m512 x = loadWide(in + from * Block);
     for (int i = from; i < to - 1; ++i) {
-      __m512 next = _mm512_loadu_ps(in + (i + 1) * Block);
+      __m512 next = loadWide(in + (i + 1) * Block);
       asm("" : "+v"(next));
       one(i, x);
       x = next;
@@ -857,13 +892,11 @@ inline void fastBlocks(const float* in, float* y, const SegmentScales& s, int fr
   }
 }
 
-// Phases 2 and 3 of `count` (<= kSegmentBlocks) blocks from flat block `first`, with maxima.
-template <int Block>
-void fakeSegment(const Job& job, int64_t first, int count, const uint32_t* amaxBits) {
+// Phases 2 and 3 of `count` (<= kSegmentBlocks) blocks at `in` (output at `y`), with maxima.
+template <int Block, typename In, typename Out>
+void fakeSegment(const Job& job, const In* in, Out* y, int count, const uint32_t* amaxBits) {
   SegmentScales s;
   segmentScales<Block>(job, amaxBits, count, s);
-  const float* in = job.x + first * Block;
-  float* y = job.y + first * Block;
   if (!s.anySlow) return fastBlocks<Block>(in, y, s, 0, count);
   for (int b = 0; b < count; b += kLanes) {
     const int n = std::min(kLanes, count - b);
@@ -874,33 +907,66 @@ void fakeSegment(const Job& job, int64_t first, int count, const uint32_t* amaxB
     }
     for (int i = b; i < b + n; ++i) {
       if (slow >> (i - b) & 1u)
-        slowBlock<Block>(job, first + i, amaxBits[i]);
+        slowBlock<Block>(job, in + i * Block, y + i * Block, amaxBits[i]);
       else
         fastBlocks<Block>(in, y, s, i, i + 1);
     }
   }
 }
 
-// Whether rows take the flat path: no tiles, no rotation, nearest rounding.
-inline bool flatApplies(const Job& job) {
-  return !job.cfg.nvfp4_2d_blocks && !job.cfg.hadamard &&
-         job.cfg.rounding == FP4_ROUNDING_NEAREST_EVEN;
+// The max |x| over the finite elements of `count` blocks at `in`, given their maxima: blocks with
+// a NaN or an Inf are read again for their finite elements.
+template <int Block, typename In>
+uint32_t finiteMaxBits(const In* in, int count, const uint32_t* amaxBits) {
+  uint32_t m = 0;
+  for (int b = 0; b < count; ++b) {
+    if (amaxBits[b] < 0x7F800000u) {
+      m = amaxBits[b] > m ? amaxBits[b] : m;
+      continue;
+    }
+    for (int v = 0; v < Block; v += kLanes) {
+      VU bits = (VU)loadWide(in + b * Block + v) & 0x7FFFFFFFu;
+      const uint32_t finite = hmaxU(bits < 0x7F800000u ? bits : VU{});
+      m = finite > m ? finite : m;
+    }
+  }
+  return m;
 }
 
-template <int Block>
-void fakeFlat(const Job& job, int64_t row0, int64_t row1) {
-  if (!job.y) return;  // nothing to write and no statistics wanted
-  // Segments of 4 KB of input, so that phase 3 re-reads them from L1 while it writes y (16 KB
+// Rows [row0, row1) of a flatBlocks job from `x` to `y` (either may be BF16); *absMax, if asked,
+// the max |x| over their finite elements.
+template <int Block, typename In, typename Out>
+void fakeFlat(const Job& job, const In* x, Out* y, int64_t row0, int64_t row1, float* absMax) {
+  // Segments of 4 KB of fp32 input, so that phase 3 re-reads them from L1 while it writes y (16 KB
   // ones made MXFP4 at 1 M elements 7% slower than before the phases), unless the whole range
   // fits in one segment (fewer loop overheads for small tensors).
   const int64_t begin = row0 * (job.cols / Block), end = row1 * (job.cols / Block);
   const int segment = end - begin <= kSegmentBlocks ? kSegmentBlocks : 4096 / (Block * 4);
   alignas(64) uint32_t amaxBits[kSegmentBlocks];
+  uint32_t finiteMax = 0;
   for (int64_t b = begin; b < end; b += segment) {
     const int count = int(std::min<int64_t>(segment, end - b));
-    blockMaxima<Block>(job.x + b * Block, count, amaxBits);
-    fakeSegment<Block>(job, b, count, amaxBits);
+    blockMaxima<Block>(x + b * Block, count, amaxBits);
+    if (absMax)
+      finiteMax = std::max(finiteMax, finiteMaxBits<Block>(x + b * Block, count, amaxBits));
+    if (y) fakeSegment<Block>(job, x + b * Block, y + b * Block, count, amaxBits);
   }
+  if (absMax) *absMax = bitsToFloat(finiteMax);
+}
+
+template <int Block>
+void fakeTyped(const Job& job, int64_t row0, int64_t row1, float* absMax) {
+  if (job.xBf16 && job.yBf16) return fakeFlat<Block>(job, job.xBf16, job.yBf16, row0, row1, absMax);
+  if (job.xBf16) return fakeFlat<Block>(job, job.xBf16, job.y, row0, row1, absMax);
+  if (job.yBf16) return fakeFlat<Block>(job, job.x, job.yBf16, row0, row1, absMax);
+  fakeFlat<Block>(job, job.x, job.y, row0, row1, absMax);
+}
+
+void fakeQuantizeTyped(const Job& job, int64_t row0, int64_t row1, float* absMax) {
+  if (job.block == kMxfp4BlockSize)
+    fakeTyped<kMxfp4BlockSize>(job, row0, row1, absMax);
+  else
+    fakeTyped<kNvfp4BlockSize>(job, row0, row1, absMax);
 }
 
 // NVFP4 fake quantization of a whole small tensor without statistics, measuring its amax on the
@@ -908,7 +974,7 @@ void fakeFlat(const Job& job, int64_t row0, int64_t row1) {
 // tensor is read once for the maxima and once for the elements instead of three times.
 bool fakeWholeTensor(Job& job) {
   const int64_t blocks = job.rows * (job.cols / kNvfp4BlockSize);
-  if (job.block != kNvfp4BlockSize || !flatApplies(job) || blocks > kWholeTensorBlocks)
+  if (job.block != kNvfp4BlockSize || !flatBlocks(job.cfg) || blocks > kWholeTensorBlocks)
     return false;
   alignas(64) uint32_t amaxBits[kWholeTensorBlocks + kLanes];
   blockMaxima<kNvfp4BlockSize>(job.x, blocks, amaxBits);
@@ -940,8 +1006,8 @@ bool fakeWholeTensor(Job& job) {
   job.globalScale = nvfp4GlobalScale(bitsToFloat(amax));
   if (!job.y) return true;
   for (int64_t b = 0; b < blocks; b += kSegmentBlocks)
-    fakeSegment<kNvfp4BlockSize>(job, b, int(std::min<int64_t>(kSegmentBlocks, blocks - b)),
-                                 amaxBits + b);
+    fakeSegment<kNvfp4BlockSize>(job, job.x + b * kNvfp4BlockSize, job.y + b * kNvfp4BlockSize,
+                                 int(std::min<int64_t>(kSegmentBlocks, blocks - b)), amaxBits + b);
   return true;
 }
 #endif
@@ -965,11 +1031,8 @@ void fakeQuantize(const Job& job, int64_t row0, int64_t row1, fp4_error_stats* s
     return;
   }
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
-  if (flatApplies(job)) {
-    if (job.block == kMxfp4BlockSize)
-      fakeFlat<kMxfp4BlockSize>(job, row0, row1);
-    else
-      fakeFlat<kNvfp4BlockSize>(job, row0, row1);
+  if (flatBlocks(job.cfg)) {
+    if (job.y) fakeQuantizeTyped(job, row0, row1, nullptr);  // else nothing to write or measure
     return;
   }
 #endif
@@ -1039,11 +1102,11 @@ float amax(const Job& job, int64_t row0, int64_t row1, bool rotate) {
 
 const BackendOps& ops() {
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
-  static const BackendOps o{FP4LAB_SIMD_NAME, quantize,       dequantize, fakeQuantize, amax,
-                            hadamard,         fakeWholeTensor};
+  static const BackendOps o{FP4LAB_SIMD_NAME, quantize,        dequantize,       fakeQuantize, amax,
+                            hadamard,         fakeWholeTensor, fakeQuantizeTyped};
 #else
   static const BackendOps o{FP4LAB_SIMD_NAME, quantize, dequantize, fakeQuantize, amax,
-                            hadamard,         nullptr};
+                            hadamard,         nullptr,  nullptr};
 #endif
   return o;
 }

@@ -128,6 +128,13 @@ void forEachChunk(int64_t rows, int64_t cols, Fn&& fn) {
       &chunk);
 }
 
+// fp32 rounded to BF16 bits: to nearest even, NaN to 0x7FC0 (io::floatToBf16, LibTorch's casts).
+uint16_t bf16Bits(float v) {
+  const uint32_t bits = floatBits(v);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
 bool misaligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % alignof(float) != 0;
 }
@@ -357,6 +364,87 @@ fp4_status fp4_fake_quantize(const fp4_config* cfg, const float* x, int64_t rows
   });
   if (stats)
     for (const auto& p : partial) fp4_stats_merge(stats, &p);
+  return FP4_OK;
+}
+
+fp4_status fp4_fake_quantize_typed(const fp4_config* cfg, const void* x, fp4_dtype xType,
+                                   int64_t rows, int64_t cols, float tensorAmax, void* y,
+                                   fp4_dtype yType, float* xAmax) {
+  FP4_TRY(validateConfig(cfg));
+  FP4_TRY(validateShape(cfg, rows, cols));
+  for (fp4_dtype t : {xType, yType})
+    if (t != FP4_DTYPE_F32 && t != FP4_DTYPE_BF16)
+      return fail(FP4_ERR_ARGUMENT, "fp4: unknown element type %d (FP4_DTYPE_F32 or _BF16)",
+                  int(t));
+  if (xAmax) *xAmax = 0.0f;
+  if (rows * cols == 0) return FP4_OK;
+  const bool bf16In = xType == FP4_DTYPE_BF16, bf16Out = yType == FP4_DTYPE_BF16;
+  if (!x) return fail(FP4_ERR_NULL_POINTER, "fp4: input x is NULL");
+  if (bf16In ? reinterpret_cast<uintptr_t>(x) % 2 != 0 : misaligned(x))
+    return fail(FP4_ERR_MISALIGNED, "fp4: input x (%p) is not aligned to its element type", x);
+  if (y && (bf16Out ? reinterpret_cast<uintptr_t>(y) % 2 != 0 : misaligned(y)))
+    return fail(FP4_ERR_MISALIGNED, "fp4: output y (%p) is not aligned to its element type", y);
+  Job job;
+  job.cfg = *cfg;
+  job.rows = rows, job.cols = cols, job.block = fp4_block_size(cfg->format);
+  job.x = bf16In ? nullptr : static_cast<const float*>(x);
+  job.xBf16 = bf16In ? static_cast<const uint16_t*>(x) : nullptr;
+  job.y = bf16Out ? nullptr : static_cast<float*>(y);
+  job.yBf16 = bf16Out ? static_cast<uint16_t*>(y) : nullptr;
+  const BackendOps& o = ops();
+  const int64_t chunks = (rows + chunkRows(cols) - 1) / chunkRows(cols);
+  std::vector<float> partial(xAmax ? size_t(chunks) : 0, 0.0f);
+  const bool measureFirst = cfg->format == FP4_FORMAT_NVFP4 && tensorAmax < 0.0f;
+  if (o.fakeQuantizeTyped && flatBlocks(*cfg) && !measureFirst) {
+    FP4_TRY(resolveGlobalScale(job, tensorAmax));
+    forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
+      o.fakeQuantizeTyped(job, r0, r1, xAmax ? &partial[size_t(c)] : nullptr);
+    });
+  } else {
+    // Each chunk widened to fp32 (unless it is fp32), measured, fake-quantized in place and
+    // narrowed: per row (and 16-row tile) the kernels compute what they compute on the whole
+    // tensor, and stochastic rounding is keyed by the element's index, which seed_offset keeps.
+    const auto chunkJob = [&](int64_t r0, int64_t r1, std::vector<float>& wide) {
+      Job part = job;
+      part.rows = r1 - r0;
+      part.cfg.seed_offset += uint64_t(r0 * cols);
+      part.xBf16 = nullptr, part.yBf16 = nullptr;
+      const int64_t n = part.rows * cols;
+      if (bf16In || bf16Out) wide.resize(size_t(n));
+      if (bf16In) {
+        for (int64_t i = 0; i < n; ++i)
+          wide[size_t(i)] = bitsToFloat(uint32_t(job.xBf16[r0 * cols + i]) << 16);
+        part.x = wide.data();
+      } else {
+        part.x = job.x + r0 * cols;
+      }
+      part.y = !y ? nullptr : bf16Out ? wide.data() : job.y + r0 * cols;
+      return part;
+    };
+    if (measureFirst) {
+      std::vector<float> amaxes(size_t(chunks), 0.0f);
+      forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
+        thread_local std::vector<float> wide;
+        const Job part = chunkJob(r0, r1, wide);
+        amaxes[size_t(c)] = o.amax(part, 0, part.rows, cfg->hadamard != 0);
+      });
+      tensorAmax = *std::max_element(amaxes.begin(), amaxes.end());
+    }
+    FP4_TRY(resolveGlobalScale(job, tensorAmax));
+    forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
+      thread_local std::vector<float> wide;
+      Job part = chunkJob(r0, r1, wide);
+      if (xAmax) partial[size_t(c)] = o.amax(part, 0, part.rows, false);
+      if (!part.y) return;
+      part.globalScale = job.globalScale;
+      o.fakeQuantize(part, 0, part.rows, nullptr);
+      if (!bf16Out) return;
+      uint16_t* out = job.yBf16 + r0 * cols;
+      for (int64_t i = 0, n = part.rows * cols; i < n; ++i) out[i] = bf16Bits(wide[size_t(i)]);
+    });
+  }
+  if (xAmax)
+    for (float p : partial) *xAmax = std::max(*xAmax, p);
   return FP4_OK;
 }
 

@@ -258,7 +258,7 @@ float amax(const Job& job, int64_t row0, int64_t row1, bool rotate) {
 
 const BackendOps& referenceBackend() {
   static const BackendOps ops{"reference", quantize, dequantize, fakeQuantize,
-                              amax,        hadamard, nullptr};
+                              amax,        hadamard, nullptr,    nullptr};
   return ops;
 }
 

@@ -330,6 +330,137 @@ BACKEND_TEST_CASE("Optimized backends equal the reference: fake-quant without st
   }
 }
 
+namespace {
+
+// The test's own BF16 conversions (not the kernels'): widening is exact; narrowing rounds to
+// nearest even and maps NaN to 0x7FC0, as LibTorch's c10::BFloat16.
+float widen(uint16_t h) {
+  const uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t narrow(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint32_t lower = bits & 0xFFFFu, upper = bits >> 16;
+  return uint16_t(upper + (lower > 0x8000u || (lower == 0x8000u && (upper & 1u))));
+}
+
+}  // namespace
+
+// fp4_fake_quantize_typed: BF16 input and/or output is the reference's fp32 fake quantization of
+// the widened input, narrowed, bit for bit, and x_amax is fp4_tensor_amax of the widened input.
+// Every configuration (the AVX-512 backend converts in registers on its flat path only: nearest
+// rounding without tiles or rotation; the others widen chunk by chunk), shapes with a partial
+// group of blocks and several chunks (stochastic rounding keyed by the element's index across
+// them), NaN and Inf, subnormal BF16 inputs and outputs, and calibrated amaxes that saturate.
+BACKEND_TEST_CASE("BF16 at either end of fake quantization equals the fp32 path, narrowed",
+                  "[backends][fake][bf16]") {
+  for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
+    const int64_t b = fp4_block_size(f);
+    const std::vector<Shape> shapes = {{1, b}, {7, 3 * b}, {33, 17 * b}, {9, 4096}, {70, 2304}};
+    std::vector<fp4_config> configs(4, fp4_default_config(f));
+    configs[1].hadamard = 1;
+    configs[2].scale_rule = FP4_SCALE_RULE_FLOOR;
+    if (f == FP4_FORMAT_NVFP4) configs[2].nvfp4_2d_blocks = 1;
+    configs[3].rounding = FP4_ROUNDING_STOCHASTIC;
+    configs[3].seed = 99;
+    uint64_t seed = 7100;
+    for (const fp4_config& cfg : configs) {
+      for (Distribution d : kAllDistributions) {
+        for (Shape s : shapes) {
+          const size_t n = size_t(s.rows * s.cols);
+          std::vector<float> x32 = makeData(d, s.rows, s.cols, seed++);
+          if (seed % 3 == 0) x32[size_t(seed) % n] = seed % 2 ? NAN : -INFINITY;
+          std::vector<uint16_t> x16(n);
+          std::vector<float> wide(n);  // the BF16 input, widened
+          for (size_t i = 0; i < n; ++i) wide[i] = widen(x16[i] = narrow(x32[i]));
+          for (float amaxFactor : {-1.0f, 0.3f, 1e-7f}) {
+            if (amaxFactor > 0 && f != FP4_FORMAT_NVFP4) continue;
+            for (bool bf16In : {false, true}) {
+              const std::vector<float>& in = bf16In ? wide : x32;
+              const float amax =
+                  amaxFactor > 0 ? fp4_tensor_amax(in.data(), int64_t(n)) * amaxFactor : -1.0f;
+              std::vector<float> ref(n);
+              {
+                BackendScope scope(FP4_BACKEND_REFERENCE);
+                REQUIRE(fp4_fake_quantize(&cfg, in.data(), s.rows, s.cols, amax, ref.data(),
+                                          nullptr, nullptr, nullptr) == FP4_OK);
+              }
+              const float refAmax = fp4_tensor_amax(in.data(), int64_t(n));
+              std::vector<uint16_t> ref16(n);
+              for (size_t i = 0; i < n; ++i) ref16[i] = narrow(ref[i]);
+              const void* xp = bf16In ? static_cast<const void*>(x16.data()) : x32.data();
+              const fp4_dtype xt = bf16In ? FP4_DTYPE_BF16 : FP4_DTYPE_F32;
+              for (fp4_backend be : optimizedBackends()) {
+                BackendScope scope(be);
+                INFO(describe(cfg, d, s, fp4_backend_name(be))
+                     << ", tensor amax " << amax << (bf16In ? ", BF16 input" : ", fp32 input"));
+                std::vector<uint16_t> got16(n, 0xFFFF);
+                float xAmax = -1;
+                REQUIRE(fp4_fake_quantize_typed(&cfg, xp, xt, s.rows, s.cols, amax, got16.data(),
+                                                FP4_DTYPE_BF16, &xAmax) == FP4_OK);
+                const auto diff16 = std::mismatch(got16.begin(), got16.end(), ref16.begin());
+                INFO("first BF16 output difference at " << (diff16.first - got16.begin()) << " of "
+                                                        << n);
+                CHECK(diff16.first == got16.end());
+                CHECK(std::memcmp(&xAmax, &refAmax, 4) == 0);
+                std::vector<float> got32(n, -7.0f);
+                REQUIRE(fp4_fake_quantize_typed(&cfg, xp, xt, s.rows, s.cols, amax, got32.data(),
+                                                FP4_DTYPE_F32, nullptr) == FP4_OK);
+                CHECK(firstDifference(got32, ref) == -1);
+                if (bf16In) {  // in place
+                  std::vector<uint16_t> inPlace = x16;
+                  REQUIRE(fp4_fake_quantize_typed(&cfg, inPlace.data(), FP4_DTYPE_BF16, s.rows,
+                                                  s.cols, amax, inPlace.data(), FP4_DTYPE_BF16,
+                                                  nullptr) == FP4_OK);
+                  CHECK(inPlace == ref16);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Results exactly halfway between two BF16 values round to the even one. NVFP4 with the tensor
+// amax 2719.5 has s2 = 2719.5 / 2688 = 1 + 3 * 2^-8 (exact); blocks of grid values times s2 with
+// a 6 in each have the scale 1 and come back as themselves, and 1 * s2 (0x3F818000), say, lies
+// halfway between the BF16 values 0x3F81 and 0x3F82.
+BACKEND_TEST_CASE("BF16 outputs halfway between two values round to even", "[backends][bf16]") {
+  const fp4_config cfg = fp4_default_config(FP4_FORMAT_NVFP4);
+  const float s2 = 2719.5f / 2688.0f, grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  std::vector<float> x(256);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 ? 1.0f : -1.0f) * grid[i % 8] * s2;
+  std::vector<float> ref(x.size());
+  {
+    BackendScope scope(FP4_BACKEND_REFERENCE);
+    REQUIRE(fp4_fake_quantize(&cfg, x.data(), 4, 64, 2719.5f, ref.data(), nullptr, nullptr,
+                              nullptr) == FP4_OK);
+  }
+  REQUIRE(sameBits(ref, x));
+  int ties = 0;
+  std::vector<uint16_t> ref16(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &ref[i], 4);
+    ties += (bits & 0xFFFFu) == 0x8000u && (bits >> 16 & 1u);
+    ref16[i] = narrow(ref[i]);
+  }
+  REQUIRE(ties > 0);
+  for (fp4_backend be : optimizedBackends()) {
+    BackendScope scope(be);
+    std::vector<uint16_t> got(x.size());
+    REQUIRE(fp4_fake_quantize_typed(&cfg, x.data(), FP4_DTYPE_F32, 4, 64, 2719.5f, got.data(),
+                                    FP4_DTYPE_BF16, nullptr) == FP4_OK);
+    CHECK(got == ref16);
+  }
+}
+
 BACKEND_TEST_CASE("Hadamard transform: optimized equals reference, inverse restores the input",
                   "[backends][hadamard]") {
   std::vector<float> x = makeData(Distribution::HeavyTailed, 19, 256, 900);

@@ -114,6 +114,18 @@ fp4_status fp4_fake_quantize(const fp4_config* cfg, const float* x, int64_t rows
                              float tensor_amax, float* y, fp4_error_stats* stats,
                              float* block_sq_err, float* block_amax);
 
+// Element types of fp4_fake_quantize_typed's buffers: fp32, or BF16 as raw bits (uint16_t).
+typedef FP4_ENUM(fp4_dtype){FP4_DTYPE_F32 = 0, FP4_DTYPE_BF16 = 1} fp4_dtype;
+
+// fp4_fake_quantize with either end in BF16, for a training step's BF16 operands: y is the fp32
+// result of fake-quantizing x widened to fp32, rounded to y_type (BF16: to nearest even, NaN to
+// 0x7FC0, as LibTorch's casts), bit for bit. *x_amax (may be NULL) gets fp4_tensor_amax of the
+// widened x. No statistics; y must not alias x unless both have the same type. The AVX-512
+// backend converts in registers on its fast path; elsewhere rows are widened in chunks.
+fp4_status fp4_fake_quantize_typed(const fp4_config* cfg, const void* x, fp4_dtype x_type,
+                                   int64_t rows, int64_t cols, float tensor_amax, void* y,
+                                   fp4_dtype y_type, float* x_amax);
+
 // y = (H/4) diag(d) x per tile of 16 along each row (inverse: diag(d) (H/4) y). cols % 16 == 0.
 fp4_status fp4_hadamard16(const float* x, int64_t rows, int64_t cols, int inverse, float* y);
 
