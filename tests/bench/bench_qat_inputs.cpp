@@ -8,8 +8,9 @@
 //            its gradient; BF16 inputs pass as they are;
 //   before:  QAT until the twentieth session: the input fake-quantized to an fp32 tensor, cast
 //            to BF16 by each reader;
-//   after:   fake-quantized in cache-sized pieces narrowed to BF16 as they go, handed to every
-//            reader as it is (each reader's straight-through node widens its gradient).
+//   after:   fake-quantized by the kernels straight to BF16 (BF16 inputs widened as they are
+//            loaded, fp4_fake_quantize_typed), handed to every reader as it is (each reader's
+//            straight-through node widens its gradient).
 // The three alternate over the repetitions, so drift in the machine's speed hits them alike; the
 // table gives the median of each and the overhead over SFT's. Before and after must produce the
 // same BF16 inputs and the same input gradients, bit for bit (checked first). Random inputs of
