@@ -128,10 +128,10 @@ void forEachChunk(int64_t rows, int64_t cols, Fn&& fn) {
       &chunk);
 }
 
-// fp32 rounded to BF16 bits: to nearest even, NaN to 0x7FC0 (io::floatToBf16, LibTorch's casts).
+// A kernel output rounded to BF16 bits, to nearest even: LibTorch's cast (io::floatToBf16) for
+// every value the kernels output, whose only NaN is 0x7FC00000 (as storeNarrow in cpu_simd.inl).
 uint16_t bf16Bits(float v) {
   const uint32_t bits = floatBits(v);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
   return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
@@ -370,13 +370,13 @@ fp4_status fp4_fake_quantize(const fp4_config* cfg, const float* x, int64_t rows
 fp4_status fp4_fake_quantize_typed(const fp4_config* cfg, const void* x, fp4_dtype xType,
                                    int64_t rows, int64_t cols, float tensorAmax, void* y,
                                    fp4_dtype yType, float* xAmax) {
+  if (xAmax) *xAmax = 0.0f;
   FP4_TRY(validateConfig(cfg));
   FP4_TRY(validateShape(cfg, rows, cols));
   for (fp4_dtype t : {xType, yType})
     if (t != FP4_DTYPE_F32 && t != FP4_DTYPE_BF16)
       return fail(FP4_ERR_ARGUMENT, "fp4: unknown element type %d (FP4_DTYPE_F32 or _BF16)",
                   int(t));
-  if (xAmax) *xAmax = 0.0f;
   if (rows * cols == 0) return FP4_OK;
   const bool bf16In = xType == FP4_DTYPE_BF16, bf16Out = yType == FP4_DTYPE_BF16;
   if (!x) return fail(FP4_ERR_NULL_POINTER, "fp4: input x is NULL");
@@ -384,6 +384,12 @@ fp4_status fp4_fake_quantize_typed(const fp4_config* cfg, const void* x, fp4_dty
     return fail(FP4_ERR_MISALIGNED, "fp4: input x (%p) is not aligned to its element type", x);
   if (y && (bf16Out ? reinterpret_cast<uintptr_t>(y) % 2 != 0 : misaligned(y)))
     return fail(FP4_ERR_MISALIGNED, "fp4: output y (%p) is not aligned to its element type", y);
+  const uintptr_t xBegin = reinterpret_cast<uintptr_t>(x), yBegin = reinterpret_cast<uintptr_t>(y);
+  const uintptr_t xEnd = xBegin + uintptr_t(rows * cols) * (bf16In ? 2 : 4);
+  const uintptr_t yEnd = yBegin + uintptr_t(rows * cols) * (bf16Out ? 2 : 4);
+  if (y && xType != yType && xBegin < yEnd && yBegin < xEnd)
+    return fail(FP4_ERR_ARGUMENT,
+                "fp4: y overlaps x but has another element type (write to a separate buffer)");
   Job job;
   job.cfg = *cfg;
   job.rows = rows, job.cols = cols, job.block = fp4_block_size(cfg->format);
@@ -393,13 +399,24 @@ fp4_status fp4_fake_quantize_typed(const fp4_config* cfg, const void* x, fp4_dty
   job.yBf16 = bf16Out ? static_cast<uint16_t*>(y) : nullptr;
   const BackendOps& o = ops();
   const int64_t chunks = (rows + chunkRows(cols) - 1) / chunkRows(cols);
-  std::vector<float> partial(xAmax ? size_t(chunks) : 0, 0.0f);
+  std::vector<float> partial(size_t(chunks), 0.0f);  // max |x| per chunk
+  const auto largest = [&] { return *std::max_element(partial.begin(), partial.end()); };
+  // NVFP4 measuring its own tensor amax: a first pass over x, which also gives x_amax.
   const bool measureFirst = cfg->format == FP4_FORMAT_NVFP4 && tensorAmax < 0.0f;
-  if (o.fakeQuantizeTyped && flatBlocks(*cfg) && !measureFirst) {
+  if (o.fakeQuantizeTyped && flatBlocks(*cfg)) {
+    if (measureFirst) {
+      Job measure = job;
+      measure.y = nullptr, measure.yBf16 = nullptr;
+      forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
+        o.fakeQuantizeTyped(measure, r0, r1, &partial[size_t(c)]);
+      });
+      tensorAmax = largest();
+    }
     FP4_TRY(resolveGlobalScale(job, tensorAmax));
-    forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
-      o.fakeQuantizeTyped(job, r0, r1, xAmax ? &partial[size_t(c)] : nullptr);
-    });
+    if (y || (xAmax && !measureFirst))
+      forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
+        o.fakeQuantizeTyped(job, r0, r1, xAmax && !measureFirst ? &partial[size_t(c)] : nullptr);
+      });
   } else {
     // Each chunk widened to fp32 (unless it is fp32), measured, fake-quantized in place and
     // narrowed: per row (and 16-row tile) the kernels compute what they compute on the whole
@@ -422,17 +439,17 @@ fp4_status fp4_fake_quantize_typed(const fp4_config* cfg, const void* x, fp4_dty
       return part;
     };
     if (measureFirst) {
-      std::vector<float> amaxes(size_t(chunks), 0.0f);
+      std::vector<float> rotated(size_t(chunks), 0.0f);  // the tensor amax is after rotation
       forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
-        thread_local std::vector<float> wide;
+        std::vector<float> wide;
         const Job part = chunkJob(r0, r1, wide);
-        amaxes[size_t(c)] = o.amax(part, 0, part.rows, cfg->hadamard != 0);
+        rotated[size_t(c)] = o.amax(part, 0, part.rows, cfg->hadamard != 0);
       });
-      tensorAmax = *std::max_element(amaxes.begin(), amaxes.end());
+      tensorAmax = *std::max_element(rotated.begin(), rotated.end());
     }
     FP4_TRY(resolveGlobalScale(job, tensorAmax));
     forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
-      thread_local std::vector<float> wide;
+      std::vector<float> wide;
       Job part = chunkJob(r0, r1, wide);
       if (xAmax) partial[size_t(c)] = o.amax(part, 0, part.rows, false);
       if (!part.y) return;
@@ -443,8 +460,7 @@ fp4_status fp4_fake_quantize_typed(const fp4_config* cfg, const void* x, fp4_dty
       for (int64_t i = 0, n = part.rows * cols; i < n; ++i) out[i] = bf16Bits(wide[size_t(i)]);
     });
   }
-  if (xAmax)
-    for (float p : partial) *xAmax = std::max(*xAmax, p);
+  if (xAmax) *xAmax = largest();
   return FP4_OK;
 }
 

@@ -1,5 +1,6 @@
 // Differential fuzzer for the FP4 kernels: every optimized CPU backend against the scalar
-// reference, bit for bit, on configurations, shapes, tensor amaxes and float bit patterns the
+// reference, bit for bit (and fake quantization from and to BF16 against the reference's fp32
+// result, rounded), on configurations, shapes, tensor amaxes and float bit patterns the
 // fuzzer picks (NaN payloads, infinities, subnormals, huge and tiny block scales). Built with
 // -fsanitize=fuzzer plus ASan/UBSan (preset `fuzz`); run by tests/fuzz/run-fuzzers.sh.
 //
@@ -33,6 +34,14 @@ Run runBoth(const fp4_config& cfg, const std::vector<float>& x, int64_t rows, in
   r.plainStatus = fp4_fake_quantize(&cfg, x.data(), rows, cols, amax, r.plain.data(), nullptr,
                                     nullptr, nullptr);
   return r;
+}
+
+// fp32 to BF16 bits as c10::BFloat16: to nearest even, NaN to 0x7FC0.
+uint16_t bf16(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
 [[noreturn]] void mismatch(const char* what, fp4_backend backend, const fp4_config& c, int64_t rows,
@@ -104,6 +113,53 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (r.quantizeStatus == FP4_OK && !sameBits(r.fake, r.dequant))
     mismatch("fake quantization differs from dequantize(quantize(x))", FP4_BACKEND_REFERENCE, cfg,
              rows, cols, amax);
+  // BF16 at either end (fp4_fake_quantize_typed): the upper halves of x as BF16 inputs (any bit
+  // pattern: NaN payloads, subnormals), and x itself as an fp32 input with a BF16 output; the
+  // reference's fp32 results rounded by this file (nearest even, NaN to 0x7FC0: c10::BFloat16).
+  std::vector<uint16_t> x16(x.size());
+  std::vector<float> wide(x.size()), refWide(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[i], sizeof bits);
+    x16[i] = uint16_t(bits >> 16);
+    bits = uint32_t(x16[i]) << 16;
+    std::memcpy(&wide[i], &bits, sizeof bits);
+  }
+  fp4_status refWideStatus;
+  {
+    fp4test::BackendScope scope(FP4_BACKEND_REFERENCE);
+    refWideStatus = fp4_fake_quantize(&cfg, wide.data(), rows, cols, amax, refWide.data(), nullptr,
+                                      nullptr, nullptr);
+  }
+  const float refWideAmax = fp4_tensor_amax(wide.data(), int64_t(wide.size()));
+  std::vector<uint16_t> want16(x.size()), wantFromF32(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    want16[i] = bf16(refWide[i]);
+    wantFromF32[i] = bf16(ref.plain[i]);
+  }
+  for (fp4_backend b :
+       {FP4_BACKEND_REFERENCE, FP4_BACKEND_GENERIC, FP4_BACKEND_AVX2, FP4_BACKEND_AVX512}) {
+    if (!fp4_backend_available(b)) continue;
+    fp4test::BackendScope scope(b);
+    std::vector<uint16_t> got16(x.size(), 0xFFFF);
+    float gotAmax = -1;
+    if (fp4_fake_quantize_typed(&cfg, x16.data(), FP4_DTYPE_BF16, rows, cols, amax, got16.data(),
+                                FP4_DTYPE_BF16, &gotAmax) != refWideStatus)
+      mismatch("BF16 -> BF16: the status differs from fp32 fake quantization's", b, cfg, rows, cols,
+               amax);
+    if (refWideStatus == FP4_OK &&
+        (got16 != want16 || std::memcmp(&gotAmax, &refWideAmax, sizeof gotAmax) != 0))
+      mismatch("BF16 -> BF16 differs from fp32 fake quantization, rounded", b, cfg, rows, cols,
+               amax);
+    if (fp4_fake_quantize_typed(&cfg, x.data(), FP4_DTYPE_F32, rows, cols, amax, got16.data(),
+                                FP4_DTYPE_BF16, nullptr) != ref.plainStatus)
+      mismatch("fp32 -> BF16: the status differs from fp32 fake quantization's", b, cfg, rows, cols,
+               amax);
+    if (ref.plainStatus == FP4_OK && got16 != wantFromF32)
+      mismatch("fp32 -> BF16 differs from fp32 fake quantization, rounded", b, cfg, rows, cols,
+               amax);
+  }
+
   for (fp4_backend b : {FP4_BACKEND_GENERIC, FP4_BACKEND_AVX2, FP4_BACKEND_AVX512}) {
     if (!fp4_backend_available(b)) continue;
     fp4test::BackendScope scope(b);

@@ -2,6 +2,7 @@
 // behaviour; plus backend selection and buffer-size helpers.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -56,6 +57,41 @@ TEST_CASE("Bad shapes and buffers give errors with a message", "[api]") {
         FP4_ERR_ARGUMENT);
   CHECK(fp4_dequantize(&nv, codes.data(), scales.data(), NAN, 1, 32, y.data()) == FP4_ERR_ARGUMENT);
   CHECK(fp4_hadamard16(x.data(), 1, 24, 0, y.data()) == FP4_ERR_SHAPE);
+}
+
+TEST_CASE("BF16 fake quantization refuses bad element types, pointers and overlaps", "[api]") {
+  const fp4_config nv = fp4_default_config(FP4_FORMAT_NVFP4);
+  std::vector<float> x(64, 1.0f), y(64);
+  std::vector<uint16_t> h(65, 0x3F80);  // BF16 1.0
+  float amax = 5;
+  const auto message = [] { return std::string(fp4_last_error()); };
+  CHECK(fp4_fake_quantize_typed(&nv, x.data(), fp4_dtype(3), 1, 64, -1, y.data(), FP4_DTYPE_F32,
+                                &amax) == FP4_ERR_ARGUMENT);
+  CHECK(message().find("unknown element type 3") != std::string::npos);
+  CHECK(amax == 0.0f);  // set to 0 whatever the outcome
+  CHECK(fp4_fake_quantize_typed(&nv, nullptr, FP4_DTYPE_BF16, 1, 64, -1, y.data(), FP4_DTYPE_F32,
+                                nullptr) == FP4_ERR_NULL_POINTER);
+  CHECK(fp4_fake_quantize_typed(&nv, h.data(), FP4_DTYPE_BF16, 1, 40, -1, y.data(), FP4_DTYPE_F32,
+                                nullptr) == FP4_ERR_SHAPE);
+  // A BF16 pointer at an odd address, an fp32 output that is not 4-byte aligned.
+  const void* oddIn = reinterpret_cast<const uint8_t*>(h.data()) + 1;
+  CHECK(fp4_fake_quantize_typed(&nv, oddIn, FP4_DTYPE_BF16, 1, 32, -1, y.data(), FP4_DTYPE_F32,
+                                nullptr) == FP4_ERR_MISALIGNED);
+  CHECK(message().find("aligned") != std::string::npos);
+  void* oddOut = reinterpret_cast<uint8_t*>(y.data()) + 2;
+  CHECK(fp4_fake_quantize_typed(&nv, h.data(), FP4_DTYPE_BF16, 1, 32, -1, oddOut, FP4_DTYPE_F32,
+                                nullptr) == FP4_ERR_MISALIGNED);
+  // BF16 to fp32 in the same buffer would overwrite inputs not read yet.
+  std::vector<float> both(64, 0.0f);
+  CHECK(fp4_fake_quantize_typed(&nv, both.data(), FP4_DTYPE_BF16, 1, 64, -1, both.data(),
+                                FP4_DTYPE_F32, nullptr) == FP4_ERR_ARGUMENT);
+  CHECK(message().find("overlaps") != std::string::npos);
+  CHECK(fp4_fake_quantize_typed(&nv, x.data(), FP4_DTYPE_F32, 1, 64, -1, x.data() + 16,
+                                FP4_DTYPE_BF16, nullptr) == FP4_ERR_ARGUMENT);
+  // Nothing was written by any of them.
+  CHECK(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.0f; }));
+  CHECK(std::all_of(both.begin(), both.end(), [](float v) { return v == 0.0f; }));
+  CHECK(std::all_of(x.begin(), x.end(), [](float v) { return v == 1.0f; }));
 }
 
 TEST_CASE("Empty tensors are fine and touch nothing", "[api]") {

@@ -360,7 +360,8 @@ BACKEND_TEST_CASE("BF16 at either end of fake quantization equals the fp32 path,
                   "[backends][fake][bf16]") {
   for (fp4_format f : {FP4_FORMAT_MXFP4, FP4_FORMAT_NVFP4}) {
     const int64_t b = fp4_block_size(f);
-    const std::vector<Shape> shapes = {{1, b}, {7, 3 * b}, {33, 17 * b}, {9, 4096}, {70, 2304}};
+    // {80, 2304}: 184 K elements in 3 chunks, enough to take the worker threads.
+    const std::vector<Shape> shapes = {{1, b}, {7, 3 * b}, {33, 17 * b}, {9, 4096}, {80, 2304}};
     std::vector<fp4_config> configs(4, fp4_default_config(f));
     configs[1].hadamard = 1;
     configs[2].scale_rule = FP4_SCALE_RULE_FLOOR;
@@ -373,11 +374,16 @@ BACKEND_TEST_CASE("BF16 at either end of fake quantization equals the fp32 path,
         for (Shape s : shapes) {
           const size_t n = size_t(s.rows * s.cols);
           std::vector<float> x32 = makeData(d, s.rows, s.cols, seed++);
-          if (seed % 3 == 0) x32[size_t(seed) % n] = seed % 2 ? NAN : -INFINITY;
+          // A NaN with a payload below BF16's bits (0x7F812345, signalling): its block's output
+          // NaN keeps payload bits that plain rounding would turn into 0x7FC1, not 0x7FC0.
+          const uint32_t payloadNan = 0x7F812345u;
+          if (seed % 3 == 0) std::memcpy(&x32[size_t(seed) % n], &payloadNan, 4);
+          if (seed % 3 == 1) x32[size_t(seed) % n] = seed % 2 ? NAN : -INFINITY;
           std::vector<uint16_t> x16(n);
           std::vector<float> wide(n);  // the BF16 input, widened
           for (size_t i = 0; i < n; ++i) wide[i] = widen(x16[i] = narrow(x32[i]));
-          for (float amaxFactor : {-1.0f, 0.3f, 1e-7f}) {
+          // -1: measured; 1: calibrated on this tensor (QAT's usual case); 0.3 and 1e-7 saturate.
+          for (float amaxFactor : {-1.0f, 1.0f, 0.3f, 1e-7f}) {
             if (amaxFactor > 0 && f != FP4_FORMAT_NVFP4) continue;
             for (bool bf16In : {false, true}) {
               const std::vector<float>& in = bf16In ? wide : x32;
@@ -408,15 +414,27 @@ BACKEND_TEST_CASE("BF16 at either end of fake quantization equals the fp32 path,
                 CHECK(diff16.first == got16.end());
                 CHECK(std::memcmp(&xAmax, &refAmax, 4) == 0);
                 std::vector<float> got32(n, -7.0f);
+                float xAmax32 = -1;
                 REQUIRE(fp4_fake_quantize_typed(&cfg, xp, xt, s.rows, s.cols, amax, got32.data(),
-                                                FP4_DTYPE_F32, nullptr) == FP4_OK);
+                                                FP4_DTYPE_F32, &xAmax32) == FP4_OK);
                 CHECK(firstDifference(got32, ref) == -1);
+                CHECK(std::memcmp(&xAmax32, &refAmax, 4) == 0);
+                float measured = -1;  // no output: measures only
+                REQUIRE(fp4_fake_quantize_typed(&cfg, xp, xt, s.rows, s.cols, amax, nullptr,
+                                                FP4_DTYPE_BF16, &measured) == FP4_OK);
+                CHECK(std::memcmp(&measured, &refAmax, 4) == 0);
                 if (bf16In) {  // in place
                   std::vector<uint16_t> inPlace = x16;
                   REQUIRE(fp4_fake_quantize_typed(&cfg, inPlace.data(), FP4_DTYPE_BF16, s.rows,
                                                   s.cols, amax, inPlace.data(), FP4_DTYPE_BF16,
                                                   nullptr) == FP4_OK);
                   CHECK(inPlace == ref16);
+                } else {
+                  std::vector<float> inPlace = x32;
+                  REQUIRE(fp4_fake_quantize_typed(&cfg, inPlace.data(), FP4_DTYPE_F32, s.rows,
+                                                  s.cols, amax, inPlace.data(), FP4_DTYPE_F32,
+                                                  nullptr) == FP4_OK);
+                  CHECK(firstDifference(inPlace, ref) == -1);
                 }
               }
             }

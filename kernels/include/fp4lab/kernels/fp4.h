@@ -118,10 +118,13 @@ fp4_status fp4_fake_quantize(const fp4_config* cfg, const float* x, int64_t rows
 typedef FP4_ENUM(fp4_dtype){FP4_DTYPE_F32 = 0, FP4_DTYPE_BF16 = 1} fp4_dtype;
 
 // fp4_fake_quantize with either end in BF16, for a training step's BF16 operands: y is the fp32
-// result of fake-quantizing x widened to fp32, rounded to y_type (BF16: to nearest even, NaN to
-// 0x7FC0, as LibTorch's casts), bit for bit. *x_amax (may be NULL) gets fp4_tensor_amax of the
-// widened x. No statistics; y must not alias x unless both have the same type. The AVX-512
-// backend converts in registers on its fast path; elsewhere rows are widened in chunks.
+// result of fake-quantizing x widened to fp32, rounded to y_type (BF16: to nearest even, as
+// LibTorch's casts; the kernels' NaN is 0x7FC00000, so it becomes 0x7FC0), bit for bit. *x_amax
+// (may be NULL; 0 on an error) gets fp4_tensor_amax of the widened x; with y NULL this only
+// measures. No statistics. y may be x itself when both have the same type; overlapping buffers of
+// different types are refused (FP4_ERR_ARGUMENT). The AVX-512 backend converts in registers on its
+// fast path (nearest rounding, no 2-D tiles, no rotation); elsewhere rows are widened a chunk at a
+// time.
 fp4_status fp4_fake_quantize_typed(const fp4_config* cfg, const void* x, fp4_dtype x_type,
                                    int64_t rows, int64_t cols, float tensor_amax, void* y,
                                    fp4_dtype y_type, float* x_amax);
