@@ -19,6 +19,11 @@ namespace fp4lab::quant {
 
 namespace {
 
+// The kernels' element type of a tensor that is BF16 or fp32.
+fp4_dtype fp4Type(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32;
+}
+
 // Fake quantization of a CPU tensor whose input or output is BF16 (or whose max |x| is wanted),
 // a few rows at a time on LibTorch's threads (the pieces are too small to wake the kernels' own
 // pool, which would compete with LibTorch's still-spinning workers: slower in bench_qat_inputs).
@@ -31,9 +36,6 @@ namespace {
 torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& config, float amax,
                                    int64_t rows, int64_t cols, float* inputAbsMax,
                                    torch::ScalarType outType) {
-  const auto dtype = [](torch::ScalarType t) {
-    return t == torch::kBFloat16 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32;
-  };
   const torch::Tensor in = x.contiguous();
   torch::Tensor out = torch::empty(in.sizes(), in.options().dtype(outType));
   // ~32 K elements per piece; a multiple of 16 rows keeps 16x16 tiles whole.
@@ -51,9 +53,9 @@ torch::Tensor fakeQuantizeInPieces(const torch::Tensor& x, const fp4_config& con
       const int64_t r0 = p * pieceRows;
       fp4_config piece = config;
       piece.seed_offset += uint64_t(r0 * cols);
-      if (fp4_fake_quantize_typed(&piece, inBytes + r0 * cols * inSize, dtype(in.scalar_type()),
+      if (fp4_fake_quantize_typed(&piece, inBytes + r0 * cols * inSize, fp4Type(in.scalar_type()),
                                   std::min(pieceRows, rows - r0), cols, amax,
-                                  outBytes + r0 * cols * outSize, dtype(outType),
+                                  outBytes + r0 * cols * outSize, fp4Type(outType),
                                   inputAbsMax ? &pieceAbsMax[size_t(p)] : nullptr) != FP4_OK)
         pieceError[size_t(p)] = fp4_last_error();
     }
@@ -86,12 +88,14 @@ torch::Tensor fakeQuantize(const torch::Tensor& x, const fp4_config& config, flo
       x.scalar_type() == torch::kBFloat16 ||
       (x.scalar_type() == torch::kFloat && (inputAbsMax || outType == torch::kBFloat16));
   if (x.is_cpu() && !stats && !blockSqErr && pieceTypes) {
-    // NVFP4 measuring its own amax: one vectorized pass first (what the kernels measure).
-    if (amax < 0 && config.format == FP4_FORMAT_NVFP4 && x.scalar_type() == torch::kFloat &&
-        x.is_contiguous())
-      amax = fp4_tensor_amax(x.data_ptr<float>(), x.numel());
-    if (amax >= 0 || config.format == FP4_FORMAT_MXFP4)
-      return fakeQuantizeInPieces(x, config, amax, rows, cols, inputAbsMax, outType);
+    const torch::Tensor in = x.contiguous();
+    // NVFP4 measuring its own amax: the kernels' measuring pass over the whole tensor first (what
+    // they would measure), which the pieces then share.
+    if (amax < 0 && config.format == FP4_FORMAT_NVFP4 &&
+        fp4_fake_quantize_typed(&config, in.data_ptr(), fp4Type(in.scalar_type()), rows, cols,
+                                -1.0f, nullptr, FP4_DTYPE_F32, &amax) != FP4_OK)
+      throw Error(fp4_last_error(), "quant");
+    return fakeQuantizeInPieces(in, config, amax, rows, cols, inputAbsMax, outType);
   }
   torch::Tensor in = x.to(torch::kFloat).contiguous();
   torch::Tensor out = torch::empty_like(in);

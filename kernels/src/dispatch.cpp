@@ -404,11 +404,14 @@ fp4_status fp4_fake_quantize_typed(const fp4_config* cfg, const void* x, fp4_dty
   // NVFP4 measuring its own tensor amax: a first pass over x, which also gives x_amax.
   const bool measureFirst = cfg->format == FP4_FORMAT_NVFP4 && tensorAmax < 0.0f;
   if (o.fakeQuantizeTyped && flatBlocks(*cfg)) {
-    if (measureFirst) {
+    if (measureFirst) {  // fp32: the plain max pass; BF16: the block maxima (y NULL)
       Job measure = job;
       measure.y = nullptr, measure.yBf16 = nullptr;
       forEachChunk(rows, cols, [&](int64_t c, int64_t r0, int64_t r1) {
-        o.fakeQuantizeTyped(measure, r0, r1, &partial[size_t(c)]);
+        if (bf16In)
+          o.fakeQuantizeTyped(measure, r0, r1, &partial[size_t(c)]);
+        else
+          partial[size_t(c)] = o.amax(measure, r0, r1, false);
       });
       tensorAmax = largest();
     }
