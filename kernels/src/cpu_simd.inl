@@ -913,23 +913,36 @@ void fakeSegment(const Job& job, const In* in, Out* y, int count, const uint32_t
   }
 }
 
-// The max |x| over the finite elements of `count` blocks at `in`, given their maxima: blocks with
-// a NaN or an Inf are read again for their finite elements.
+// The max |x| over the finite elements of `count` blocks at `in`, given their maxima (the
+// buffer has room for whole groups of 16, lanes past `count` holding 0): one vector pass over the
+// maxima, and only if one is NaN or Inf, the max over finite blocks and the finite elements of
+// the others.
 template <int Block, typename In>
-uint32_t finiteMaxBits(const In* in, int count, const uint32_t* amaxBits) {
-  uint32_t m = 0;
-  for (int b = 0; b < count; ++b) {
-    if (amaxBits[b] < 0x7F800000u) {
-      m = amaxBits[b] > m ? amaxBits[b] : m;
-      continue;
-    }
+uint32_t finiteMaxBits(const In* in, int64_t count, const uint32_t* amaxBits) {
+  VU m{};
+  for (int64_t b = 0; b < count; b += kLanes) {
+    VU a;
+    std::memcpy(&a, amaxBits + b, sizeof a);
+    m = maxU(m, a);
+  }
+  uint32_t amax = hmaxU(m);
+  if (amax < 0x7F800000u) return amax;
+  m = VU{};
+  for (int64_t b = 0; b < count; b += kLanes) {
+    VU a;
+    std::memcpy(&a, amaxBits + b, sizeof a);
+    m = maxU(m, a < 0x7F800000u ? a : VU{});
+  }
+  amax = hmaxU(m);
+  for (int64_t b = 0; b < count; ++b) {
+    if (amaxBits[b] < 0x7F800000u) continue;
     for (int v = 0; v < Block; v += kLanes) {
       VU bits = (VU)loadWide(in + b * Block + v) & 0x7FFFFFFFu;
       const uint32_t finite = hmaxU(bits < 0x7F800000u ? bits : VU{});
-      m = finite > m ? finite : m;
+      amax = finite > amax ? finite : amax;
     }
   }
-  return m;
+  return amax;
 }
 
 // Rows [row0, row1) of a flatBlocks job from `x` to `y` (either may be BF16); *absMax, if asked,
@@ -977,31 +990,7 @@ bool fakeWholeTensor(Job& job) {
     return false;
   alignas(64) uint32_t amaxBits[kWholeTensorBlocks + kLanes];
   blockMaxima<kNvfp4BlockSize>(job.x, blocks, amaxBits);
-  VU m{};
-  for (int64_t b = 0; b < blocks; b += kLanes) {
-    VU a;  // lanes past the last block hold 0
-    std::memcpy(&a, amaxBits + b, sizeof a);
-    m = maxU(m, a);
-  }
-  uint32_t amax = hmaxU(m);
-  const bool nonFinite = amax >= 0x7F800000u;
-  if (nonFinite) {
-    // The max over finite blocks, then the finite elements of the others.
-    m = VU{};
-    for (int64_t b = 0; b < blocks; b += kLanes) {
-      VU a;
-      std::memcpy(&a, amaxBits + b, sizeof a);
-      m = maxU(m, a < 0x7F800000u ? a : VU{});
-    }
-    amax = hmaxU(m);
-    // Blocks with a NaN or an Inf: their finite elements still count.
-    for (int64_t b = 0; b < blocks; ++b) {
-      if (amaxBits[b] < 0x7F800000u) continue;
-      VU bits = (VU)load(job.x + b * kNvfp4BlockSize) & 0x7FFFFFFFu;
-      uint32_t finiteMax = hmaxU(bits < 0x7F800000u ? bits : VU{});
-      amax = finiteMax > amax ? finiteMax : amax;
-    }
-  }
+  const uint32_t amax = finiteMaxBits<kNvfp4BlockSize>(job.x, blocks, amaxBits);
   job.globalScale = nvfp4GlobalScale(bitsToFloat(amax));
   if (!job.y) return true;
   for (int64_t b = 0; b < blocks; b += kSegmentBlocks)
