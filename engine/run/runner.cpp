@@ -327,7 +327,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   torch::set_num_threads(threads);
   fp4_set_num_threads(threads);
   torch::manual_seed(config.seed);
-  const torch::Device device = train::resolveDevice(config, dist.localRank);
+  const torch::Device device = train::resolveDevice(config, dist.localRank, dist.localWorld);
   std::unique_ptr<train::ProcessGroup> group;
   if (dist.world > 1) {
     if (config.batchSize % dist.world != 0)
@@ -371,6 +371,9 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
     if (it != frozen.end()) return it->second;
     const bool bf16Weights = config.bf16Weights || files::samePath(path, config.modelPath);
     const bool quantized = !bf16Weights && fs::exists(fs::path(path) / quant::kQuantStateFile);
+    if (quantized)
+      train::requireCudaKernels(device, "the fake-quantized model " + path,
+                                config.originOf("train.device"));
     // Computed as the student computes (fp32 master weights under the run's autocast), so the
     // unquantized SFT model's KL to itself is exactly 0: a BF16 model's BF16 residual stream alone
     // would differ from it by a KL of 2.5e-3 on SmolLM2-135M. The matrix products' weights are

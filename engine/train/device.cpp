@@ -10,23 +10,51 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include <cstdlib>
+#include <cstring>
+
 #include "fp4lab/error.h"
 
 namespace fp4lab::train {
 
-torch::Device resolveDevice(const run::RunConfig& config, int localRank) {
+void requireCudaKernels(const torch::Device& device, const std::string& what,
+                        const std::string& where) {
+#ifndef FP4LAB_HAVE_CUDA_KERNELS
+  if (device.is_cuda())
+    throw Error(what + " on a GPU needs fp4lab's CUDA kernels, and this fp4lab was built without "
+                       "them",
+                where, "build with the cuda preset (-DFP4LAB_CUDA=ON), or train on the CPU");
+#else
+  (void)device, (void)what, (void)where;
+#endif
+}
+
+torch::Device resolveDevice(const run::RunConfig& config, int localRank, int localWorld) {
   const std::optional<run::DeviceSpec> spec = run::parseDevice(config.device);
   const std::string where = config.originOf("train.device");
   if (!spec)
     throw Error("'train.device' must be cpu, cuda or cuda:N, not '" + config.device + "'", where,
                 "e.g. train.device=cuda:0");
   if (!spec->cuda) return torch::kCPU;
+  // Before looking for GPUs, so that the mistake is named on any machine: NCCL refuses two ranks
+  // on one GPU, with a message that names neither the key nor the fix.
+  if (spec->index >= 0 && localWorld > 1)
+    throw Error("train.device is " + config.device + ", one GPU for all " +
+                    std::to_string(localWorld) + " processes on this machine",
+                where,
+                "use train.device=cuda, which gives each process its own GPU (GPU LOCAL_RANK)");
   if (!torch::cuda::is_available())
     throw Error("train.device is " + config.device + ", but LibTorch sees no CUDA device", where,
                 "check nvidia-smi and CUDA_VISIBLE_DEVICES (and that fp4lab's LibTorch is a CUDA "
                 "build), or train on the CPU: train.device=cpu");
   const int count = int(torch::cuda::device_count());
-  const int index = spec->index >= 0 ? spec->index : localRank;
+  int index = spec->index >= 0 ? spec->index : localRank;
+  // A launcher that gives each process its own GPU (CUDA_VISIBLE_DEVICES per rank, as SLURM's
+  // --gpus-per-task does) leaves every rank seeing one GPU, its own.
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (spec->index < 0 && count == 1 && localWorld > 1 && visible && *visible &&
+      !std::strchr(visible, ','))
+    index = 0;
   if (index >= count)
     throw Error("train.device is " + config.device + " (GPU " + std::to_string(index) +
                     "), but this machine has " + std::to_string(count) + " GPU" +
@@ -34,16 +62,13 @@ torch::Device resolveDevice(const run::RunConfig& config, int localRank) {
                 where,
                 spec->index >= 0 ? "use cuda:0 to cuda:" + std::to_string(count - 1)
                                  : "start at most one process per GPU (--nproc, torchrun)");
-#ifndef FP4LAB_HAVE_CUDA_KERNELS
-  if (config.quantFormat != "none")
-    throw Error(
-        "quantized runs on a GPU need fp4lab's CUDA kernels, and this fp4lab was built "
-        "without them",
-        where, "build with the cuda preset (-DFP4LAB_CUDA=ON), or train on the CPU");
-#endif
   const torch::Device device(torch::kCUDA, c10::DeviceIndex(index));
+  if (config.quantFormat != "none")
+    requireCudaKernels(device, "quant.format=" + config.quantFormat, where);
 #ifdef FP4LAB_TORCH_CUDA
   c10::cuda::set_device(c10::DeviceIndex(index));
+  // The peak the run reports is its own (`fp4lab experiment` runs many in one process).
+  c10::cuda::CUDACachingAllocator::resetPeakStats(c10::DeviceIndex(index));
 #endif
   return device;
 }

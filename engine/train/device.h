@@ -11,14 +11,21 @@
 namespace fp4lab::train {
 
 // The device a run (this rank of it) trains on: train.device=cuda is GPU LOCAL_RANK (0 for one
-// process), cuda:N is GPU N. Makes it the process's current CUDA device (NCCL and LibTorch's
-// allocations follow it). Throws fp4lab::Error, naming the key, when this machine or this build
-// cannot use it: no CUDA build of LibTorch, no GPU, an index past the last GPU, or a quantizing
-// recipe without fp4lab's CUDA kernels.
-torch::Device resolveDevice(const run::RunConfig& config, int localRank);
+// process, and for a rank that sees one GPU only, its own through CUDA_VISIBLE_DEVICES), cuda:N is
+// GPU N (for one process per machine only: `localWorld` ranks cannot share it). Makes it the
+// process's current CUDA device (NCCL and LibTorch's allocations follow it) and starts its peak
+// memory afresh. Throws fp4lab::Error, naming the key, when this machine or this build cannot use
+// it: no CUDA build of LibTorch, no GPU, an index past the last GPU, cuda:N with several local
+// ranks, or a quantizing recipe without fp4lab's CUDA kernels.
+torch::Device resolveDevice(const run::RunConfig& config, int localRank, int localWorld);
 
-// The most memory LibTorch's caching allocator held allocated on `device` at once since the process
-// started, in bytes; -1 for the CPU (see peakResidentBytes in common/system.h).
+// Throws fp4lab::Error (`what` needs the kernels, at `where`) when `device` is a GPU and this
+// fp4lab was built without its CUDA kernels: fake quantization there has nothing to run on.
+void requireCudaKernels(const torch::Device& device, const std::string& what,
+                        const std::string& where);
+
+// The most memory LibTorch's caching allocator held allocated on `device` at once since
+// resolveDevice chose it, in bytes; -1 for the CPU (see peakResidentBytes in common/system.h).
 int64_t peakDeviceMemory(const torch::Device& device);
 
 // "cuda:0 (NVIDIA H200)", or "cpu".

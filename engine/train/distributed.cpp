@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <sstream>
 #include <thread>
 
@@ -87,7 +88,9 @@ struct ProcessGroup::Impl {
       fail(what, e);
     }
   }
-  [[noreturn]] void fail(const char* what, const std::exception& e) const {
+  bool failed = false;  // a collective failed: the communicators are aborted, not shut down
+  [[noreturn]] void fail(const char* what, const std::exception& e) {
+    failed = true;
     throw Error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + ": " +
                     what + " failed: " + shortMessage(e),
                 "the process group (" + std::string(backendName()) + ", " + env.masterAddr + ":" +
@@ -99,7 +102,19 @@ struct ProcessGroup::Impl {
 };
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : m(std::move(impl)) {}
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  if (!m || !m->backend || !m->device.is_cuda()) return;  // Gloo needs nothing at the end
+  // NCCL: tear the communicators down (a normal exit, or one that unwinds an error, when a peer
+  // may never answer: then abort, which does not wait for it).
+  try {
+    if (m->failed || std::uncaught_exceptions() > 0)
+      m->backend->abort();
+    else
+      m->backend->shutdown();
+  } catch (const std::exception&) {
+    // The process is ending; c10d has logged what went wrong.
+  }
+}
 int ProcessGroup::rank() const {
   return m->env.rank;
 }

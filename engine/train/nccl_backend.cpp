@@ -19,7 +19,10 @@ c10::intrusive_ptr<c10d::Backend> makeNcclBackend(const c10::intrusive_ptr<c10d:
                                                   std::chrono::milliseconds timeout) {
 #ifdef FP4LAB_TORCH_CUDA
   auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = timeout;
+  // NCCL's watchdog aborts the whole process when a collective outlives this; fp4lab's own wait
+  // (the same `timeout`) must fail first, so that this rank reports the error and the run is
+  // marked failed.
+  options->timeout = timeout + std::chrono::seconds(60);
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, options);
 #else
   (void)store, (void)rank, (void)world, (void)timeout;

@@ -243,10 +243,13 @@ TrainOutcome Trainer::run() {
     }
     double allReduceSeconds = NAN;
     if (m_group) {
+      // The gradients first: a rank whose last slice had no loss tokens ran no backward, so its
+      // buckets start only in finish(), and the loss's all-reduce must come after them on every
+      // rank for the collectives to pair up.
+      allReduceSeconds = m_averager->finish();
       torch::Tensor sum = torch::tensor({lossSum}, torch::kDouble);
       m_group->allReduceSum(sum);
       lossSum = sum.item<double>();
-      allReduceSeconds = m_averager->finish();
     }
     const double clip =
         m_config.gradClip > 0 ? m_config.gradClip : std::numeric_limits<double>::infinity();
@@ -261,6 +264,8 @@ TrainOutcome Trainer::run() {
       return TrainOutcome::Diverged;
     }
     m_optimizer->step();
+    // A GPU runs the optimizer's kernels asynchronously: the step ends when they do.
+    if (m_device.is_cuda()) torch::cuda::synchronize(m_device.index());
 
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     m_state.step += 1;

@@ -113,12 +113,18 @@ expect_error "nothing to run" "$BIN" train --output-dir "$T/bad7"
 expect_error "beyond the model's context" "$BIN" train "${COMMON[@]}" data.seq_len=4096 --output-dir "$T/bad8"
 expect_error "'train.device' must be cpu, cuda or cuda:N" "$BIN" train "${COMMON[@]}" train.device=gpu --output-dir "$T/bad9"
 expect_error "'train.device' must be cpu, cuda or cuda:N" "$BIN" train "${COMMON[@]}" train.device=cuda:-1 --output-dir "$T/bad9"
+# cuda:N cannot serve several processes of one machine (NCCL refuses two ranks on one GPU, naming
+# neither the key nor the fix): refused on any machine, by --nproc's ranks and under torchrun's
+# variables alike, before the rendezvous.
+expect_error "train.device is cuda:1, one GPU for all 2 processes on this machine" "$BIN" train "${COMMON[@]}" train.device=cuda:1 --nproc 2 --output-dir "$T/bad11"
+grep -q "use train.device=cuda, which gives each process its own GPU" "$T/e.txt" || fail "no hint in: $(cat "$T/e.txt")"
+WORLD_SIZE=2 RANK=1 LOCAL_WORLD_SIZE=2 MASTER_PORT=1 expect_error "train.device is cuda:0, one GPU for all 2 processes" "$BIN" train "${COMMON[@]}" train.device=cuda:0 dist.timeout_s=5 --output-dir "$T/bad11"
 # On a machine without a GPU (LibTorch sees none), cuda is refused before anything is written.
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L 2> /dev/null | grep -q GPU; then
   expect_error "train.device is cuda, but LibTorch sees no CUDA device" "$BIN" train "${COMMON[@]}" train.device=cuda --output-dir "$T/bad10"
   expect_error "train.device is cuda:1, but LibTorch sees no CUDA device" "$BIN" train "${COMMON[@]}" train.device=cuda:1 --output-dir "$T/bad10"
 fi
-for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8 bad9 bad10; do [ ! -e "$T/$d" ] || fail "a failed start left $d behind"; done
+for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7 bad8 bad9 bad10 bad11; do [ ! -e "$T/$d" ] || fail "a failed start left $d behind"; done
 
 # Every subcommand answers -h and --help.
 for c in experiment train inspect eval generate base-model quantize dequantize; do

@@ -29,7 +29,14 @@ if ! TORCH_LIB=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirnam
   exit 1
 fi
 echo "this machine: torch $(python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)'), $(ldd --version | head -1)"
-[ -f "$BUNDLE/torch-version" ] && echo "the bundle: built against torch $(cat "$BUNDLE/torch-version"), needs $(cat "$BUNDLE/glibc-needed")"
+if [ -f "$BUNDLE/torch-version" ]; then
+  echo "the bundle: built against torch $(cat "$BUNDLE/torch-version"), needs $(cat "$BUNDLE/glibc-needed")"
+  # LibTorch's C++ ABI changes between releases: the bundle's version and this machine's must be
+  # one release (the CUDA minor may differ; the driver must support the bundle's CUDA).
+  here=$(python3 -c 'import torch; print(torch.__version__.split("+")[0])')
+  built=$(cut -d' ' -f1 "$BUNDLE/torch-version" | cut -d+ -f1)
+  [ "$here" = "$built" ] || echo "WARNING: torch $here here, the bundle was built against $built: expect undefined symbols"
+fi
 FP4=$BUNDLE/bin/fp4lab
 rm -rf "$T"
 mkdir -p "$T"
