@@ -93,6 +93,8 @@ class FakeQuantizer : public model::TensorQuantizer {
   // Measurement (input quantizers): while on, apply() merges its error statistics into stats().
   void setMeasuring(bool on);
   const fp4_error_stats& stats() const { return m_stats; }
+  // A data-parallel evaluation's statistics over every rank's shard (run/runner.cpp reduces them).
+  void setStats(const fp4_error_stats& stats) { m_stats = stats; }
 
   const fp4_config& config() const { return m_config; }
   Backward backward() const { return m_backward; }

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "fp4lab/common/files.h"
@@ -39,7 +40,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// Reports of the training loop, fanned out to the log, the events and status.json.
 // What an evaluation adds beyond the loop's validation loss: task pass rates by generation and
 // the quantized layers' error statistics.
 struct EvalExtras {
@@ -50,15 +50,109 @@ struct EvalExtras {
   bool hasReference = false;
 };
 
+// A task evaluation's answers, one JSON object a line: what tasks/step-<N>.jsonl holds, and what a
+// data-parallel rank sends rank 0.
+std::string taskAnswerLines(const TaskResults& t) {
+  std::string lines;
+  for (const auto& item : t.items) {
+    nlohmann::json line{{"task", item.task},     {"index", item.index},
+                        {"prompt", item.prompt}, {"response", item.response},
+                        {"pass", item.pass},     {"reason", item.reason}};
+    if (!item.system.empty()) line["system"] = item.system;
+    lines += line.dump() + "\n";
+  }
+  return lines;
+}
+
+// The part of an evaluation that every rank of a data-parallel run does alike (its calls are
+// collectives, in the same order on every rank): the input quantizers' error statistics reduced
+// over the ranks' validation shards, and the task items graded shard by shard (item i on rank
+// i mod N) and gathered. One process: the same, without the collectives.
+class EvalWork {
+ public:
+  EvalWork(EvalExtras extras, train::ProcessGroup* group)
+      : m_extras(std::move(extras)), m_group(group) {}
+  const EvalExtras& extras() const { return m_extras; }
+
+  void before() { quant::setMeasuringActivations(m_extras.layers, true); }
+
+  // Ends the measurement; the graded tasks when they are due at `step` (every rank gets them).
+  std::optional<TaskResults> after(int64_t step, int64_t maxSteps) {
+    quant::setMeasuringActivations(m_extras.layers, false);
+    if (m_group) reduceActivationStats();
+    const RunConfig& c = m_extras.config;
+    const bool due = step == maxSteps || (c.taskEvery > 0 && step % c.taskEvery == 0);
+    if (m_extras.tasks.empty() || !due) return std::nullopt;
+    ReplyOptions reply;
+    reply.maxNewTokens = c.maxNewTokens;
+    TaskResults mine =
+        evaluateTasks(m_extras.bundle.model, m_extras.bundle.tokenizer("task evaluation"),
+                      m_extras.tasks, c.taskItems, c.dataSeed, reply, m_group ? m_group->rank() : 0,
+                      m_group ? m_group->world() : 1);
+    if (!m_group) return mine;
+    std::vector<TaskItemResult> all;
+    for (const std::string& shard : m_group->allGather(taskAnswerLines(mine))) {
+      std::istringstream in(shard);
+      for (std::string line; std::getline(in, line);) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        TaskItemResult r;
+        r.task = j["task"], r.index = j["index"], r.prompt = j["prompt"];
+        r.system = j.value("system", ""), r.response = j["response"];
+        r.pass = j["pass"], r.reason = j["reason"];
+        all.push_back(std::move(r));
+      }
+    }
+    return mergeTaskShards(m_extras.tasks, std::move(all), mine.seconds);
+  }
+
+ private:
+  // Sums and maxima of every input quantizer's statistics over the ranks: what one process that
+  // evaluated every validation batch would have measured (up to the order of the sums).
+  void reduceActivationStats() {
+    std::vector<quant::FakeQuantizer*> inputs;
+    for (auto& l : m_extras.layers)
+      if (l.input) inputs.push_back(l.input.get());
+    if (inputs.empty()) return;
+    const int64_t n = int64_t(inputs.size());
+    torch::Tensor sums = torch::empty({n, 8}, torch::kDouble);
+    torch::Tensor maxima = torch::empty({n}, torch::kDouble);
+    double* s = sums.data_ptr<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      const fp4_error_stats& a = inputs[size_t(i)]->stats();
+      const double v[8] = {
+          double(a.count), double(a.clipped), double(a.flushed), double(a.nonfinite),
+          a.sum_x2,        a.sum_err2,        a.sum_xq,          a.sum_q2};
+      std::copy(v, v + 8, s + 8 * i);
+      maxima.data_ptr<double>()[i] = a.max_abs_err;
+    }
+    m_group->allReduceSum(sums);
+    m_group->allReduceMax(maxima);
+    s = sums.data_ptr<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      const double* v = s + 8 * i;
+      fp4_error_stats a;
+      a.count = int64_t(v[0]), a.clipped = int64_t(v[1]), a.flushed = int64_t(v[2]);
+      a.nonfinite = int64_t(v[3]);
+      a.sum_x2 = v[4], a.sum_err2 = v[5], a.sum_xq = v[6], a.sum_q2 = v[7];
+      a.max_abs_err = maxima.data_ptr<double>()[i];
+      inputs[size_t(i)]->setStats(a);
+    }
+  }
+
+  EvalExtras m_extras;
+  train::ProcessGroup* m_group;
+};
+
+// Reports of the training loop, fanned out to the log, the events and status.json.
 class RunListener : public train::TrainerListener {
  public:
   RunListener(log::RunLogWriter& log, const RunOptions& options, fs::path runDir, int64_t maxSteps,
-              EvalExtras extras)
+              EvalWork& eval)
       : m_log(log),
         m_options(options),
         m_runDir(std::move(runDir)),
         m_maxSteps(maxSteps),
-        m_extras(std::move(extras)) {}
+        m_eval(eval) {}
 
   void emit(RunEvent e) {
     if (m_options.onEvent) m_options.onEvent(e);
@@ -84,39 +178,29 @@ class RunListener : public train::TrainerListener {
     m_step = r.step;
   }
 
-  void beforeEval() override { quant::setMeasuringActivations(m_extras.layers, true); }
+  void beforeEval() override { m_eval.before(); }
 
   void onEval(const train::EvalReport& r) override {
-    quant::setMeasuringActivations(m_extras.layers, false);
+    const std::optional<TaskResults> t = m_eval.after(r.step, m_maxSteps);
+    const EvalExtras& extras = m_eval.extras();
     RunEvent e;
     e.kind = EventKind::Eval;
     e.step = r.step, e.maxSteps = m_maxSteps, e.tokens = r.tokens, e.wallSeconds = r.wallSeconds;
     e.metrics = {{"val_loss", r.valLoss}, {"val_ppl", r.valPerplexity}};
     std::vector<double> row = {r.valLoss, r.valPerplexity};
-    if (m_extras.hasReference) {
+    if (extras.hasReference) {
       row.push_back(r.valKl);
       e.metrics["val_kl"] = r.valKl;
     }
-    const RunConfig& c = m_extras.config;
-    const bool taskDue = r.step == m_maxSteps || (c.taskEvery > 0 && r.step % c.taskEvery == 0);
-    if (!m_extras.tasks.empty()) {
-      TaskResults t;
-      if (taskDue) {
-        ReplyOptions reply;
-        reply.maxNewTokens = c.maxNewTokens;
-        t = evaluateTasks(m_extras.bundle.model, m_extras.bundle.tokenizer("task evaluation"),
-                          m_extras.tasks, c.taskItems, c.dataSeed, reply);
-        writeTaskAnswers(t, r.step);
-      }
-      for (const auto& task : m_extras.tasks) {
-        const double rate = taskDue ? t.passRate.at(task) : NAN;
-        row.push_back(rate);
-        if (taskDue) e.metrics["pass_rate_" + task] = rate;
-      }
+    if (t) writeTaskAnswers(*t, r.step);
+    for (const auto& task : extras.tasks) {
+      const double rate = t ? t->passRate.at(task) : NAN;
+      row.push_back(rate);
+      if (t) e.metrics["pass_rate_" + task] = rate;
     }
     m_log.appendEval({r.step, r.tokens, r.wallSeconds, row});
-    if (!m_extras.layers.empty()) {
-      quant::LayerErrors errors = quant::measureLayers(m_extras.layers);
+    if (!extras.layers.empty()) {
+      quant::LayerErrors errors = quant::measureLayers(extras.layers);
       m_log.appendQuant(r.step, errors.metricByLayer);
       for (size_t l = 0; l < errors.blockMse.size(); ++l)
         m_log.appendBlocks(r.step, l, errors.blockMse[l]);
@@ -126,19 +210,10 @@ class RunListener : public train::TrainerListener {
 
   // <run>/tasks/step-<N>.jsonl: every graded answer, for reading what went wrong.
   void writeTaskAnswers(const TaskResults& t, int64_t step) {
-    std::string lines;
-    for (const auto& item : t.items) {
-      nlohmann::json line{{"task", item.task},
-                          {"prompt", item.prompt},
-                          {"response", item.response},
-                          {"pass", item.pass},
-                          {"reason", item.reason}};
-      if (!item.system.empty()) line["system"] = item.system;
-      lines += line.dump() + "\n";
-    }
     files::createDirectories((m_runDir / "tasks").string());
     files::writeFileAtomically(
-        (m_runDir / "tasks" / ("step-" + std::to_string(step) + ".jsonl")).string(), lines);
+        (m_runDir / "tasks" / ("step-" + std::to_string(step) + ".jsonl")).string(),
+        taskAnswerLines(t));
   }
 
   void onCheckpoint(const std::string& path, int64_t step) override {
@@ -168,22 +243,27 @@ class RunListener : public train::TrainerListener {
   const RunOptions& m_options;
   fs::path m_runDir;
   int64_t m_maxSteps;
-  EvalExtras m_extras;
+  EvalWork& m_eval;
   int64_t m_step = 0;
   Clock::time_point m_lastStatus{};
 };
 
-// The other ranks of a data-parallel run: they train in step with rank 0 but write nothing
-// (no log, events, status or checkpoints); they only agree on stopping.
+// The other ranks of a data-parallel run: they train and evaluate in step with rank 0 but write
+// nothing (no log, events, status or checkpoints); they only agree on stopping.
 class QuietListener : public train::TrainerListener {
  public:
-  explicit QuietListener(const RunOptions& options) : m_options(options) {}
+  QuietListener(const RunOptions& options, EvalWork& eval, int64_t maxSteps)
+      : m_options(options), m_eval(eval), m_maxSteps(maxSteps) {}
+  void beforeEval() override { m_eval.before(); }
+  void onEval(const train::EvalReport& r) override { m_eval.after(r.step, m_maxSteps); }
   bool stopRequested() override {
     return m_options.stopRequested && m_options.stopRequested->load();
   }
 
  private:
   const RunOptions& m_options;
+  EvalWork& m_eval;
+  int64_t m_maxSteps;
 };
 
 // FP4LAB_TEST_DIGEST_DIR (tests only): every rank writes rank-<r>.json there with digests of its
@@ -459,6 +539,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   // The log is reopened at the checkpoint's step, dropping any rows written after it.
   std::optional<log::RunLogWriter> logWriter;
   std::optional<RunListener> runListener;
+  EvalWork evalWork(EvalExtras{config, bundle, layers, tasks, bool(reference)}, group.get());
   if (writer) {
     logWriter.emplace(
         resuming ? log::RunLogWriter::resume(logPath, train::checkpointStep(checkpoint))
@@ -466,10 +547,9 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
                                              {runDir.filename().string(), config.recipe,
                                               recipe->format(), utcTimestamp(), config.toYaml()},
                                              schema));
-    runListener.emplace(*logWriter, options, runDir, maxSteps,
-                        EvalExtras{config, bundle, layers, tasks, bool(reference)});
+    runListener.emplace(*logWriter, options, runDir, maxSteps, evalWork);
   }
-  QuietListener quiet(options);
+  QuietListener quiet(options, evalWork, maxSteps);
   train::TrainerListener& listener =
       runListener ? static_cast<train::TrainerListener&>(*runListener) : quiet;
   auto emit = [&](const RunEvent& e) {

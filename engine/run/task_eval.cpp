@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 
 #include "fp4lab/data/chat_template.h"
@@ -93,39 +94,59 @@ void checkTaskNames(const std::vector<std::string>& tasks, const std::string& wh
 
 TaskResults evaluateTasks(model::CausalLM& model, const data::Tokenizer& tokenizer,
                           const std::vector<std::string>& tasks, int64_t items, uint64_t seed,
-                          const ReplyOptions& options) {
+                          const ReplyOptions& options, int shard, int shards) {
   checkTaskNames(tasks, "eval.tasks");
   const auto started = std::chrono::steady_clock::now();
-  TaskResults results;
+  std::vector<TaskItemResult> results;
   for (const auto& task : tasks) {
-    int64_t passed = 0;
-    const auto list = data::builtinTaskItems(task, size_t(items), seed, /*heldOut=*/true);
+    const auto all = data::builtinTaskItems(task, size_t(items), seed, /*heldOut=*/true);
+    std::vector<size_t> mine;
+    for (size_t i = size_t(shard); i < all.size(); i += size_t(shards)) mine.push_back(i);
     std::vector<std::string> replies;
     if (options.temperature == 0) {
       std::vector<std::vector<data::Message>> prompts;
-      for (const auto& item : list) prompts.push_back(item.prompt);
+      for (size_t i : mine) prompts.push_back(all[i].prompt);
       replies = greedyReplies(model, tokenizer, prompts, options.maxNewTokens);
     } else {
-      for (const auto& item : list)
-        replies.push_back(chatReply(model, tokenizer, item.prompt, options));
+      for (size_t i : mine) replies.push_back(chatReply(model, tokenizer, all[i].prompt, options));
     }
-    for (size_t i = 0; i < list.size(); ++i) {
-      const auto& item = list[i];
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const auto& item = all[mine[k]];
       TaskItemResult r;
       r.task = task;
+      r.index = int64_t(mine[k]);
       r.prompt = item.prompt.back().content;
       if (item.prompt.front().role == "system") r.system = item.prompt.front().content;
-      r.response = replies[i];
+      r.response = replies[k];
       data::Grade g = data::gradeTask(item, r.response);
       r.pass = g.pass;
       r.reason = g.reason;
-      passed += g.pass;
-      results.items.push_back(std::move(r));
+      results.push_back(std::move(r));
     }
-    results.passRate[task] = list.empty() ? NAN : double(passed) / double(list.size());
   }
-  results.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return mergeTaskShards(
+      tasks, std::move(results),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+}
+
+TaskResults mergeTaskShards(const std::vector<std::string>& tasks,
+                            std::vector<TaskItemResult> items, double seconds) {
+  auto position = [&](const std::string& task) {
+    return std::find(tasks.begin(), tasks.end(), task) - tasks.begin();
+  };
+  std::stable_sort(items.begin(), items.end(), [&](const auto& a, const auto& b) {
+    const auto pa = position(a.task), pb = position(b.task);
+    return pa != pb ? pa < pb : a.index < b.index;
+  });
+  TaskResults results;
+  for (const auto& task : tasks) {
+    int64_t passed = 0, total = 0;
+    for (const auto& item : items)
+      if (item.task == task) passed += item.pass, ++total;
+    results.passRate[task] = total == 0 ? NAN : double(passed) / double(total);
+  }
+  results.items = std::move(items);
+  results.seconds = seconds;
   return results;
 }
 

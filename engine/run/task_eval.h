@@ -27,6 +27,7 @@ std::string chatReply(model::CausalLM& model, const data::Tokenizer& tokenizer,
 
 struct TaskItemResult {
   std::string task, system, prompt, response;  // system: the system message, when there is one
+  int64_t index = 0;                           // the item's place in its task's held-out list
   bool pass = false;
   std::string reason;
 };
@@ -37,10 +38,17 @@ struct TaskResults {
 };
 
 // `items` held-out items of each task (the same items for every model given the same seed).
-// Throws fp4lab::Error naming an unknown task.
+// Sharded (a data-parallel run's rank `shard` of `shards`): only the items whose index is `shard`
+// modulo `shards`; mergeTaskShards puts the ranks' answers back together. Throws fp4lab::Error
+// naming an unknown task.
 TaskResults evaluateTasks(model::CausalLM& model, const data::Tokenizer& tokenizer,
                           const std::vector<std::string>& tasks, int64_t items, uint64_t seed,
-                          const ReplyOptions& options = {});
+                          const ReplyOptions& options = {}, int shard = 0, int shards = 1);
+
+// The answers of every shard as one evaluation: in the tasks' order and each task's item order,
+// with the pass rates over all of them (NaN for a task without items).
+TaskResults mergeTaskShards(const std::vector<std::string>& tasks,
+                            std::vector<TaskItemResult> items, double seconds);
 
 // Checks that every name is a built-in task; throws fp4lab::Error (key `where`) otherwise.
 void checkTaskNames(const std::vector<std::string>& tasks, const std::string& where);

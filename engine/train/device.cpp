@@ -21,8 +21,9 @@ void requireCudaKernels(const torch::Device& device, const std::string& what,
                         const std::string& where) {
 #ifndef FP4LAB_HAVE_CUDA_KERNELS
   if (device.is_cuda())
-    throw Error(what + " on a GPU needs fp4lab's CUDA kernels, and this fp4lab was built without "
-                       "them",
+    throw Error(what +
+                    " on a GPU needs fp4lab's CUDA kernels, and this fp4lab was built without "
+                    "them",
                 where, "build with the cuda preset (-DFP4LAB_CUDA=ON), or train on the CPU");
 #else
   (void)device, (void)what, (void)where;

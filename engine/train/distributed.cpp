@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <sstream>
 #include <thread>
@@ -220,6 +221,25 @@ void ProcessGroup::allReduceMax(torch::Tensor& tensor) {
   o.reduceOp = c10d::ReduceOp::MAX;
   m->runOn(tensor, "an all-reduce (max)",
            [&](std::vector<at::Tensor>& one) { return m->backend->allreduce(one, o); });
+}
+
+std::vector<std::string> ProcessGroup::allGather(const std::string& bytes) {
+  const int world = m->env.world;
+  torch::Tensor lengths = torch::zeros({world}, torch::kLong);
+  lengths.data_ptr<int64_t>()[m->env.rank] = int64_t(bytes.size());
+  allReduceSum(lengths);
+  std::vector<int64_t> offsets(size_t(world) + 1, 0);
+  for (int r = 0; r < world; ++r)
+    offsets[size_t(r) + 1] = offsets[size_t(r)] + lengths[r].item<int64_t>();
+  torch::Tensor all = torch::zeros({std::max<int64_t>(1, offsets.back())}, torch::kByte);
+  if (!bytes.empty())
+    std::memcpy(all.data_ptr<uint8_t>() + offsets[size_t(m->env.rank)], bytes.data(), bytes.size());
+  allReduceSum(all);  // every byte is one rank's; the others add zeros
+  const auto* p = reinterpret_cast<const char*>(all.data_ptr<uint8_t>());
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r)
+    out.emplace_back(p + offsets[size_t(r)], p + offsets[size_t(r) + 1]);
+  return out;
 }
 
 struct GradientAverager::Impl {

@@ -44,6 +44,9 @@ class ProcessGroup {
   // the GPU and back).
   void allReduceSum(torch::Tensor& tensor);
   void allReduceMax(torch::Tensor& tensor);
+  // Every rank's `bytes`, in rank order, on every rank: small payloads (the graded task answers of
+  // a sharded evaluation). Two all-reduces: the lengths, then the bytes, each from its one rank.
+  std::vector<std::string> allGather(const std::string& bytes);
   static constexpr int64_t kBucketBytes = 8 << 20;
 
  private:

@@ -13,7 +13,10 @@ faults       kill -9 of rank 1, then of rank 0: the launcher ends within the col
              torchrun's variables (no launcher), kill -9 of rank 0: rank 1 marks the run failed.
 rendezvous   a rank alone fails naming the missing rank(s); a batch that does not split fails.
 quant        QAT (NVFP4) and QAD (MXFP4) under 2 ranks: both ranks hold the same amaxes (the
-             max over their calibration slices) as one process, and the same weights.
+             max over their calibration slices) as one process, and the same weights; the
+             sharded evaluation's activation error statistics (summed over the ranks' validation
+             batches) and task answers (item i graded on rank i mod 2, gathered by rank 0) are
+             those of one process.
 
 Tolerance: with model.compute_dtype=fp32 the two runs compute the same global-batch gradient; they
 differ only in the order of floating-point sums (two half-batch GEMMs and a two-term all-reduce
@@ -304,7 +307,9 @@ def rendezvous(tmp):
 def quant(tmp):
     for name, recipe in (("qat", ["recipe.name=qat", "quant.format=nvfp4"]),
                          ("qad", ["recipe.name=qad", "quant.format=mxfp4"])):
-        args = recipe + ["train.max_steps=6", "optim.lr=1e-4"]
+        args = recipe + ["train.max_steps=6", "optim.lr=1e-4", "eval.task_every=2",
+                         "eval.tasks=math_in_language,json_answer", "eval.task_items=5",
+                         "eval.max_new_tokens=16"]
         train(f"{tmp}/{name}-1", args, env={"FP4LAB_TEST_DIGEST_DIR": f"{tmp}/{name}-d1"})
         train(f"{tmp}/{name}-2", args, nproc=2, env={"FP4LAB_TEST_DIGEST_DIR": f"{tmp}/{name}-d2"})
         one = digests(f"{tmp}/{name}-d1", 1)[0]
@@ -331,6 +336,44 @@ def quant(tmp):
         two_rows = log_rows(f"{tmp}/{name}-2", "train")
         compare_curves(one_rows[:1], two_rows[:1], name + " step 1")
         compare_curves(one_rows, two_rows, name, rtol=QUANT_RTOL)
+        sharded_evaluation(f"{tmp}/{name}-1", f"{tmp}/{name}-2", name)
+
+
+def sharded_evaluation(one, two, name):
+    """Rank 0 logs what one process does: at step 0 (the same weights, so the same activations
+    batch by batch) the activation statistics to float32's last bit (a sum of two shards' sums
+    in double, then rounded), and the same answers, graded alike, in item order; later, after the
+    odd FP4 flip, the same items in the same order."""
+    import h5py
+    with h5py.File(one + "/log.h5", "r") as a, h5py.File(two + "/log.h5", "r") as b:
+        if list(a["quant/step"]) != list(b["quant/step"]):
+            fail(f"{name}: /quant steps differ: {list(a['quant/step'])} vs {list(b['quant/step'])}")
+        for metric in ("act_sqnr_db", "act_rel_l2", "act_clip_frac"):
+            x, y = a["quant/" + metric][0], b["quant/" + metric][0]
+            if not len(x) or any(v != v for v in x):
+                fail(f"{name}: no {metric} at step 0: {list(x)}")
+            for layer, (u, v) in enumerate(zip(x, y)):
+                close(float(u), float(v), f"{name}: {metric} of layer {layer} at step 0", 1e-6)
+    answers = {}
+    for run_dir in (one, two):
+        steps = sorted(os.path.basename(p) for p in glob.glob(run_dir + "/tasks/step-*.jsonl"))
+        if steps != ["step-0.jsonl", "step-4.jsonl", "step-6.jsonl"]:
+            fail(f"{name}: task answers at {steps} in {run_dir}, expected steps 0, 4 and 6 (the evaluations)")
+        answers[run_dir] = {}
+        for step in steps:
+            with open(os.path.join(run_dir, "tasks", step)) as f:
+                answers[run_dir][step] = [json.loads(line) for line in f]
+    first, second = answers[one], answers[two]
+    if first["step-0.jsonl"] != second["step-0.jsonl"]:
+        fail(f"{name}: step-0 answers differ: {first['step-0.jsonl']} vs {second['step-0.jsonl']}")
+    for step in first:
+        items = [(r["task"], r["index"], r["prompt"]) for r in first[step]]
+        if len(items) != 10 or items != [(r["task"], r["index"], r["prompt"]) for r in second[step]]:
+            fail(f"{name}: {step}: not the same 10 items in the same order")
+    for a, b in zip(log_rows(one, "eval")[:1], log_rows(two, "eval")[:1]):
+        for key in ("pass_rate_math_in_language", "pass_rate_json_answer"):
+            if a[key] != b[key]:
+                fail(f"{name}: {key} at step 0: {a[key]} vs {b[key]}")
 
 
 def main():
