@@ -262,9 +262,8 @@ class BpeTokenizer final : public Tokenizer {
     // decoded at each added token and at the end, as Hugging Face decodes groups of tokens.
     std::string bytes, out;
     for (int32_t id : ids) {
-      if (id < 0 || id >= static_cast<int32_t>(m_idToBytes.size()) || m_idKind[id] == kNoToken) {
-        throw Error("token id " + std::to_string(id) + " is outside the vocabulary", m_where);
-      }
+      if (id < 0 || id >= static_cast<int32_t>(m_idToBytes.size()) || m_idKind[id] == kNoToken)
+        continue;  // no token: dropped (tokenizer.h)
       if (m_idKind[id] == kVocabToken) {
         bytes += m_idToBytes[id];
         continue;

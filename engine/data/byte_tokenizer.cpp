@@ -62,10 +62,7 @@ class ByteTokenizer final : public Tokenizer {
         out += utf8Lossy(bytes);
         bytes.clear();
         out += kSpecialNames[id - 256];
-      } else {
-        throw Error("token id " + std::to_string(id) + " is outside the vocabulary",
-                    "byte tokenizer", "ids must be in [0, 263)");
-      }
+      }  // else: no token, dropped (tokenizer.h)
     }
     return out + utf8Lossy(bytes);
   }

@@ -29,9 +29,11 @@ class Tokenizer {
   virtual std::vector<int32_t> encodeWithSpecials(std::string_view text) const = 0;
 
   // Ids back to UTF-8. Bytes that do not form valid UTF-8 (a character split by a truncation)
-  // become U+FFFD. skipSpecial drops special tokens. Throws fp4lab::Error on an id outside the
-  // vocabulary (an id that no token has, even below vocabSize()). Bytes either side of a skipped
-  // special are decoded together, as Hugging Face does.
+  // become U+FFFD. skipSpecial drops special tokens. An id that no token has (negative, past
+  // vocabSize(), or a hole below it) is dropped, as Hugging Face's tokenizers drop it: a model's
+  // embedding table is often padded past its tokenizer, and what a model generates there must not
+  // end a run at its final grading. Bytes either side of a skipped special or a dropped id are
+  // decoded together, as Hugging Face does.
   virtual std::string decode(const std::vector<int32_t>& ids, bool skipSpecial = false) const = 0;
 
   // One more than the largest id (vocabulary and added tokens). A model's embedding may be larger.
