@@ -13,6 +13,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -73,6 +74,7 @@ class EvalWork {
   EvalWork(EvalExtras extras, train::ProcessGroup* group)
       : m_extras(std::move(extras)), m_group(group) {}
   const EvalExtras& extras() const { return m_extras; }
+  int ranks() const { return m_group ? m_group->world() : 1; }
 
   void before() { quant::setMeasuringActivations(m_extras.layers, true); }
 
@@ -83,6 +85,7 @@ class EvalWork {
     const RunConfig& c = m_extras.config;
     const bool due = step == maxSteps || (c.taskEvery > 0 && step % c.taskEvery == 0);
     if (m_extras.tasks.empty() || !due) return std::nullopt;
+    const auto started = Clock::now();
     ReplyOptions reply;
     reply.maxNewTokens = c.maxNewTokens;
     TaskResults mine =
@@ -102,7 +105,9 @@ class EvalWork {
         all.push_back(std::move(r));
       }
     }
-    return mergeTaskShards(m_extras.tasks, std::move(all), mine.seconds);
+    // Rank 0's wall clock from the first item to the last rank's answers.
+    return mergeTaskShards(m_extras.tasks, std::move(all),
+                           std::chrono::duration<double>(Clock::now() - started).count());
   }
 
  private:
@@ -192,7 +197,16 @@ class RunListener : public train::TrainerListener {
       row.push_back(r.valKl);
       e.metrics["val_kl"] = r.valKl;
     }
-    if (t) writeTaskAnswers(*t, r.step);
+    if (t) {
+      writeTaskAnswers(*t, r.step);
+      std::ostringstream note;
+      note << "step " << r.step << ": " << t->items.size() << " items graded in " << std::fixed
+           << std::setprecision(2) << t->seconds << " s";
+      if (m_eval.ranks() > 1) note << " (sharded over " << m_eval.ranks() << " ranks)";
+      for (const auto& task : extras.tasks)
+        note << ", " << task << " " << std::setprecision(0) << 100 * t->passRate.at(task) << "%";
+      m_log.event("tasks", note.str());
+    }
     for (const auto& task : extras.tasks) {
       const double rate = t ? t->passRate.at(task) : NAN;
       row.push_back(rate);
