@@ -370,6 +370,12 @@ def sharded_evaluation(one, two, name):
         items = [(r["task"], r["index"], r["prompt"]) for r in first[step]]
         if len(items) != 10 or items != [(r["task"], r["index"], r["prompt"]) for r in second[step]]:
             fail(f"{name}: {step}: not the same 10 items in the same order")
+    for run_dir, ranks in ((one, ""), (two, " (sharded over 2 ranks)")):
+        events = run(["inspect", run_dir]).stdout
+        for step in (0, 4, 6):
+            if f" tasks step {step}: 10 items graded in " not in events or \
+                    (ranks and ranks not in events) or (not ranks and "sharded" in events):
+                fail(f"{name}: no tasks event for step {step}{ranks} in {run_dir}:\n{events}")
     for a, b in zip(log_rows(one, "eval")[:1], log_rows(two, "eval")[:1]):
         for key in ("pass_rate_math_in_language", "pass_rate_json_answer"):
             if a[key] != b[key]:
