@@ -88,20 +88,34 @@ class EvalWork {
     const auto started = Clock::now();
     ReplyOptions reply;
     reply.maxNewTokens = c.maxNewTokens;
-    TaskResults mine =
-        evaluateTasks(m_extras.bundle.model, m_extras.bundle.tokenizer("task evaluation"),
-                      m_extras.tasks, c.taskItems, c.dataSeed, reply, m_group ? m_group->rank() : 0,
-                      m_group ? m_group->world() : 1);
-    if (!m_group) return mine;
+    auto grade = [&] {
+      return evaluateTasks(m_extras.bundle.model, m_extras.bundle.tokenizer("task evaluation"),
+                           m_extras.tasks, c.taskItems, c.dataSeed, reply,
+                           m_group ? m_group->rank() : 0, m_group ? m_group->world() : 1);
+    };
+    if (!m_group) return grade();
+    // A rank whose grading fails still joins the gather, with its error, so that every rank (the
+    // writer too) fails with the cause rather than with a broken collective.
+    std::string mine;
+    try {
+      mine = taskAnswerLines(grade());
+    } catch (const std::exception& e) {
+      mine = nlohmann::json{{"error", e.what()}}.dump() + "\n";
+    }
     std::vector<TaskItemResult> all;
-    for (const std::string& shard : m_group->allGather(taskAnswerLines(mine))) {
-      std::istringstream in(shard);
+    const std::vector<std::string> shards = m_group->allGather(mine);
+    for (size_t rank = 0; rank < shards.size(); ++rank) {
+      std::istringstream in(shards[rank]);
       for (std::string line; std::getline(in, line);) {
         const nlohmann::json j = nlohmann::json::parse(line);
+        if (j.contains("error"))
+          throw Error("rank " + std::to_string(rank) +
+                          " failed to grade its task items: " + j.at("error").get<std::string>(),
+                      "eval.tasks", "see that rank's output");
         TaskItemResult r;
-        r.task = j["task"], r.index = j["index"], r.prompt = j["prompt"];
-        r.system = j.value("system", ""), r.response = j["response"];
-        r.pass = j["pass"], r.reason = j["reason"];
+        r.task = j.at("task"), r.index = j.at("index"), r.prompt = j.at("prompt");
+        r.system = j.value("system", ""), r.response = j.at("response");
+        r.pass = j.at("pass"), r.reason = j.at("reason");
         all.push_back(std::move(r));
       }
     }
@@ -114,6 +128,7 @@ class EvalWork {
   // Sums and maxima of every input quantizer's statistics over the ranks: what one process that
   // evaluated every validation batch would have measured (up to the order of the sums).
   void reduceActivationStats() {
+    static_assert(sizeof(fp4_error_stats) == 9 * 8, "a new statistic: reduce it below");
     std::vector<quant::FakeQuantizer*> inputs;
     for (auto& l : m_extras.layers)
       if (l.input) inputs.push_back(l.input.get());
@@ -421,7 +436,8 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   torch::set_num_threads(threads);
   fp4_set_num_threads(threads);
   torch::manual_seed(config.seed);
-  const torch::Device device = train::resolveDevice(config, dist.localRank, dist.localWorld);
+  const torch::Device device =
+      train::resolveDevice(config, dist.localRank, dist.localWorldGiven ? dist.localWorld : 1);
   std::unique_ptr<train::ProcessGroup> group;
   if (dist.world > 1) {
     if (config.batchSize % dist.world != 0)

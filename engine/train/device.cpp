@@ -10,9 +10,6 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
-#include <cstdlib>
-#include <cstring>
-
 #include "fp4lab/error.h"
 
 namespace fp4lab::train {
@@ -49,20 +46,17 @@ torch::Device resolveDevice(const run::RunConfig& config, int localRank, int loc
                 "check nvidia-smi and CUDA_VISIBLE_DEVICES (and that fp4lab's LibTorch is a CUDA "
                 "build), or train on the CPU: train.device=cpu");
   const int count = int(torch::cuda::device_count());
-  int index = spec->index >= 0 ? spec->index : localRank;
-  // A launcher that gives each process its own GPU (CUDA_VISIBLE_DEVICES per rank, as SLURM's
-  // --gpus-per-task does) leaves every rank seeing one GPU, its own.
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (spec->index < 0 && count == 1 && localWorld > 1 && visible && *visible &&
-      !std::strchr(visible, ','))
-    index = 0;
+  const int index = spec->index >= 0 ? spec->index : localRank;
   if (index >= count)
     throw Error("train.device is " + config.device + " (GPU " + std::to_string(index) +
                     "), but this machine has " + std::to_string(count) + " GPU" +
                     (count == 1 ? "" : "s"),
                 where,
-                spec->index >= 0 ? "use cuda:0 to cuda:" + std::to_string(count - 1)
-                                 : "start at most one process per GPU (--nproc, torchrun)");
+                spec->index >= 0
+                    ? "use cuda:0 to cuda:" + std::to_string(count - 1)
+                    : "start at most one process per GPU (--nproc, torchrun), each seeing every "
+                      "GPU of the machine (CUDA_VISIBLE_DEVICES the same for all): process "
+                      "LOCAL_RANK takes GPU LOCAL_RANK");
   const torch::Device device(torch::kCUDA, c10::DeviceIndex(index));
   if (config.quantFormat != "none")
     requireCudaKernels(device, "quant.format=" + config.quantFormat, where);

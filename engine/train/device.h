@@ -11,8 +11,8 @@
 namespace fp4lab::train {
 
 // The device a run (this rank of it) trains on: train.device=cuda is GPU LOCAL_RANK (0 for one
-// process, and for a rank that sees one GPU only, its own through CUDA_VISIBLE_DEVICES), cuda:N is
-// GPU N (for one process per machine only: `localWorld` ranks cannot share it). Makes it the
+// process), cuda:N is GPU N (for one process per machine only: `localWorld` ranks, as the launcher
+// said through LOCAL_WORLD_SIZE, cannot share it). Makes it the
 // process's current CUDA device (NCCL and LibTorch's allocations follow it) and starts its peak
 // memory afresh. Throws fp4lab::Error, naming the key, when this machine or this build cannot use
 // it: no CUDA build of LibTorch, no GPU, an index past the last GPU, cuda:N with several local

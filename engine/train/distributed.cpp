@@ -10,10 +10,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <sstream>
 #include <thread>
 
@@ -53,6 +53,7 @@ DistEnvironment distEnvironment() {
   env.world = envInt("WORLD_SIZE", 1, 1, 1 << 20);
   env.rank = envInt("RANK", 0, 0, env.world - 1);
   env.localWorld = envInt("LOCAL_WORLD_SIZE", env.world, 1, env.world);
+  if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) env.localWorldGiven = *v != 0;
   env.localRank = envInt("LOCAL_RANK", env.rank % env.localWorld, 0, env.localWorld - 1);
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) env.masterAddr = a;
   env.masterPort = envInt("MASTER_PORT", 29500, 1, 65535);
@@ -89,9 +90,7 @@ struct ProcessGroup::Impl {
       fail(what, e);
     }
   }
-  bool failed = false;  // a collective failed: the communicators are aborted, not shut down
-  [[noreturn]] void fail(const char* what, const std::exception& e) {
-    failed = true;
+  [[noreturn]] void fail(const char* what, const std::exception& e) const {
     throw Error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world) + ": " +
                     what + " failed: " + shortMessage(e),
                 "the process group (" + std::string(backendName()) + ", " + env.masterAddr + ":" +
@@ -105,13 +104,11 @@ struct ProcessGroup::Impl {
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : m(std::move(impl)) {}
 ProcessGroup::~ProcessGroup() {
   if (!m || !m->backend || !m->device.is_cuda()) return;  // Gloo needs nothing at the end
-  // NCCL: tear the communicators down (a normal exit, or one that unwinds an error, when a peer
-  // may never answer: then abort, which does not wait for it).
+  // NCCL: abort the communicators, which never waits for a peer. A graceful shutdown() waits for
+  // every rank to shut down too, and hangs when one failed after the last collective (rank 0's
+  // disk full while saving model/, say); at this point every collective has completed or failed.
   try {
-    if (m->failed || std::uncaught_exceptions() > 0)
-      m->backend->abort();
-    else
-      m->backend->shutdown();
+    m->backend->abort();
   } catch (const std::exception&) {
     // The process is ending; c10d has logged what went wrong.
   }
@@ -360,9 +357,13 @@ double GradientAverager::finish() {
     m->launch(b);
   }
   const double scale = 1.0 / double(m->group->env.world);
+  // One deadline for all the buckets: the step's gradients are late by at most the timeout.
+  const auto deadline = Clock::now() + m->group->timeout;
   try {
     for (auto& b : m->buckets) {
-      b.work->wait(m->group->timeout);
+      b.work->wait(
+          std::max(std::chrono::milliseconds(1),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
       b.work.reset();
       b.flat.mul_(scale);
       for (size_t slot = 0; slot < b.members.size(); ++slot) {

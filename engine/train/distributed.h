@@ -19,6 +19,8 @@ namespace fp4lab::train {
 // process. Malformed values throw fp4lab::Error naming the variable.
 struct DistEnvironment {
   int rank = 0, world = 1, localRank = 0, localWorld = 1;
+  bool localWorldGiven =
+      false;  // LOCAL_WORLD_SIZE was set (else localWorld is a guess: WORLD_SIZE)
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;
 };

@@ -19,10 +19,11 @@ c10::intrusive_ptr<c10d::Backend> makeNcclBackend(const c10::intrusive_ptr<c10d:
                                                   std::chrono::milliseconds timeout) {
 #ifdef FP4LAB_TORCH_CUDA
   auto options = c10d::ProcessGroupNCCL::Options::create();
-  // NCCL's watchdog aborts the whole process when a collective outlives this; fp4lab's own wait
-  // (the same `timeout`) must fail first, so that this rank reports the error and the run is
-  // marked failed.
-  options->timeout = timeout + std::chrono::seconds(60);
+  // NCCL's watchdog aborts the whole process when a collective outlives this, counted from its
+  // start; fp4lab's own wait must fail first, so that this rank reports the error and the run is
+  // marked failed. A gradient bucket starts during the backward and is waited for `timeout` from
+  // the backward's end: twice the timeout and a minute covers any backward up to the timeout.
+  options->timeout = 2 * timeout + std::chrono::seconds(60);
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, options);
 #else
   (void)store, (void)rank, (void)world, (void)timeout;

@@ -340,10 +340,14 @@ def quant(tmp):
 
 
 def sharded_evaluation(one, two, name):
-    """Rank 0 logs what one process does: at step 0 (the same weights, so the same activations
-    batch by batch) the activation statistics to float32's last bit (a sum of two shards' sums
-    in double, then rounded), and the same answers, graded alike, in item order; later, after the
-    odd FP4 flip, the same items in the same order."""
+    """Rank 0 logs what one process does. At step 0 (the same weights, so the same activations
+    validation batch by batch) the activation statistics agree to 1e-6 (two shards' sums added in
+    double, then rounded to float32; measured equal). Every grading lists the same items in the
+    same order, and its pass rates are the fraction of passes in the answers file. The answers
+    themselves may differ in rare items: a shard batches fewer prompts of a length together, so
+    the GEMMs run at another row count, whose kernel may round differently and flip an argmax.
+    At step 0 at most one of the 10 may differ (measured: none), which a lost or garbled shard
+    (5 of 10) does not pass."""
     import h5py
     with h5py.File(one + "/log.h5", "r") as a, h5py.File(two + "/log.h5", "r") as b:
         if list(a["quant/step"]) != list(b["quant/step"]):
@@ -364,22 +368,25 @@ def sharded_evaluation(one, two, name):
             with open(os.path.join(run_dir, "tasks", step)) as f:
                 answers[run_dir][step] = [json.loads(line) for line in f]
     first, second = answers[one], answers[two]
-    if first["step-0.jsonl"] != second["step-0.jsonl"]:
-        fail(f"{name}: step-0 answers differ: {first['step-0.jsonl']} vs {second['step-0.jsonl']}")
+    differ = [(a, b) for a, b in zip(first["step-0.jsonl"], second["step-0.jsonl"]) if a != b]
+    if len(differ) > 1:
+        fail(f"{name}: {len(differ)} of 10 step-0 answers differ: {differ}")
     for step in first:
         items = [(r["task"], r["index"], r["prompt"]) for r in first[step]]
         if len(items) != 10 or items != [(r["task"], r["index"], r["prompt"]) for r in second[step]]:
             fail(f"{name}: {step}: not the same 10 items in the same order")
+    for step, row in zip(("step-0.jsonl", "step-4.jsonl", "step-6.jsonl"), log_rows(two, "eval")):
+        for task in ("math_in_language", "json_answer"):
+            graded = [r["pass"] for r in second[step] if r["task"] == task]
+            if abs(float(row["pass_rate_" + task]) - sum(graded) / len(graded)) > 1e-6:
+                fail(f"{name}: {step}: pass_rate_{task} {row['pass_rate_' + task]} is not the "
+                     f"answers' {sum(graded)}/{len(graded)}")
     for run_dir, ranks in ((one, ""), (two, " (sharded over 2 ranks)")):
         events = run(["inspect", run_dir]).stdout
         for step in (0, 4, 6):
             if f" tasks step {step}: 10 items graded in " not in events or \
                     (ranks and ranks not in events) or (not ranks and "sharded" in events):
                 fail(f"{name}: no tasks event for step {step}{ranks} in {run_dir}:\n{events}")
-    for a, b in zip(log_rows(one, "eval")[:1], log_rows(two, "eval")[:1]):
-        for key in ("pass_rate_math_in_language", "pass_rate_json_answer"):
-            if a[key] != b[key]:
-                fail(f"{name}: {key} at step 0: {a[key]} vs {b[key]}")
 
 
 def main():
