@@ -69,15 +69,20 @@ def grade(binary, out, args, nproc, threads):
                                      float(last["pass_rate_json_answer"]))
 
 
-def main_grading(args, binary):
-    half = max(1, args.threads // args.nproc)
-    configs = [(1, args.threads), (1, half), (args.nproc, half)]
+def interleaved(measure, binary, args, configs):
+    """{(processes, threads): [measure(...) of each round]}, the configurations taking turns."""
     results = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for nproc, threads in configs:
                 out = os.path.join(tmp, f"r{r}-{nproc}x{threads}")
-                results[(nproc, threads)].append(grade(binary, out, args, nproc, threads))
+                results[(nproc, threads)].append(measure(binary, out, args, nproc, threads))
+    return results
+
+
+def main_grading(args, binary):
+    half = max(1, args.threads // args.nproc)
+    results = interleaved(grade, binary, args, [(1, args.threads), (1, half), (args.nproc, half)])
     name = "built-in model" if args.model == "tiny" else "scratch:100m"
     print(f"{name}: one task evaluation, 2 tasks x {args.grading} items, up to "
           f"{args.new_tokens} new tokens each, {args.rounds} round(s)")
@@ -110,13 +115,8 @@ def main():
         args.warmup = 5 if args.model == "tiny" else 2
     if args.quick:
         args.steps, args.warmup, args.batch, args.seq, args.rounds = 4, 1, 4, 64, 1
-    configs = [(1, args.threads), (args.nproc, max(1, args.threads // args.nproc))]
-    results = {c: [] for c in configs}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for nproc, threads in configs:
-                out = os.path.join(tmp, f"r{r}-{nproc}x{threads}")
-                results[(nproc, threads)].append(train(binary, out, args, nproc, threads))
+    results = interleaved(train, binary, args,
+                          [(1, args.threads), (args.nproc, max(1, args.threads // args.nproc))])
     name = "built-in model" if args.model == "tiny" else "scratch:100m"
     print(f"{name}, global batch {args.batch} x {args.seq} tokens, {args.steps} steps "
           f"({args.warmup} warm-up), {args.rounds} round(s)")

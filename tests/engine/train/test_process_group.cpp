@@ -5,33 +5,18 @@
 #include <torch/torch.h>
 // After LibTorch, whose logging header defines its own CHECK.
 #include <catch2/catch.hpp>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <future>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "local_port.h"
 #include "train/distributed.h"
 
 using namespace fp4lab;
 
 namespace {
-
-int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t n = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string randomBytes(size_t n, unsigned seed) {
   std::mt19937 rng(seed);
