@@ -7,6 +7,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <charconv>
+#include <cmath>
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -72,12 +74,24 @@ T parseValue(const std::string& text) {
   }
 }
 
+// A number as the shortest text that reads back as the same double (0.05, not yaml-cpp's
+// 0.050000000000000003): what run.yaml, the key table and the window show.
+inline YAML::Node numberNode(double v) {
+  if (!std::isfinite(v)) return YAML::Node(v);
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, v, std::chars_format::general).ptr;
+  return YAML::Node(std::string(text, end));
+}
+
 template <class C, class T>
 Binding<C> bind(T C::*member, ConfigKey key) {
   Binding<C> b;
   b.key = std::move(key);
   b.set = [member](C& c, const std::string& text) { c.*member = parseValue<T>(text); };
-  b.get = [member](const C& c) { return YAML::Node(c.*member); };
+  b.get = [member](const C& c) {
+    if constexpr (std::is_floating_point_v<T>) return numberNode(double(c.*member));
+    return YAML::Node(c.*member);
+  };
   return b;
 }
 

@@ -1,6 +1,9 @@
 // RunConfig: YAML and overrides set the right fields, unknown keys and wrong types are refused by
 // name, and the resolved YAML reads back to the same configuration.
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <random>
+#include <cstring>
 
 #include <filesystem>
 #include <string>
@@ -44,6 +47,41 @@ TEST_CASE("Resolved YAML reads back identically", "[run][config]") {
   RunConfig back = RunConfig::fromYamlText(c.toYaml());
   CHECK(back.flatten() == c.flatten());
   CHECK(back.lr == c.lr);
+}
+
+TEST_CASE("Numbers are written as the shortest text that reads back as the same double",
+          "[run][config]") {
+  // yaml-cpp alone writes 17 digits (0.050000000000000003); run.yaml, the key table and the
+  // window show the shortest round-trip text, in %g's choice of fixed or exponent form.
+  const RunConfig defaults = RunConfig::fromYamlText("");
+  const std::string yaml = defaults.toYaml();
+  for (const char* line : {"validation_fraction: 0.05\n", "beta2: 0.95\n", "lr: 0.001\n",
+                           "warmup_ratio: 0.03\n", "eps: 1e-08\n"}) {
+    INFO(line << " in\n" << yaml);
+    CHECK(yaml.find(line) != std::string::npos);
+  }
+  // Every double reads back bit for bit: sums that are not their decimal, 17-digit values,
+  // subnormals, the extremes of the key's range.
+  std::mt19937_64 rng(11);
+  std::vector<double> values = {
+      0.1 + 0.2, 1.0 / 3.0, 5e-324,        2.2250738585072014e-308, 9.999999999999999e-05,
+      1e-4,      0.0,       123456.789e-10};
+  for (int i = 0; i < 2000; ++i) {
+    double v;
+    uint64_t bits = rng() & 0x3FEFFFFFFFFFFFFFull;  // positive, below 1: in [0, 1)
+    std::memcpy(&v, &bits, sizeof v);
+    values.push_back(v);
+  }
+  for (double v : values) {
+    char text[40];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    const RunConfig c = RunConfig::fromYamlText("", {std::string("optim.beta1=") + text});
+    REQUIRE(c.beta1 == v);
+    const RunConfig back = RunConfig::fromYamlText(c.toYaml());
+    INFO(text);
+    CHECK(std::memcmp(&back.beta1, &v, sizeof v) == 0);
+    CHECK(back.flatten() == c.flatten());
+  }
 }
 
 TEST_CASE("Unknown keys, wrong types and bad values are refused with the key's name",
