@@ -175,6 +175,7 @@ void ChartsPage::setRuns(RunSnapshotsPtr runs, const std::set<std::string>& show
         addPanel("eval/" + column,
                  QStringLiteral("Pass rate: %1").arg(QString::fromStdString(column.substr(10))),
                  false);
+        panel("eval/" + column)->setValueBounds(0, 1);
         added = true;
       }
     }

@@ -254,3 +254,34 @@ TEST_CASE("a panel with nothing to draw says why", "[curve-worker]") {
   CurvePanel grad("train/grad_norm", QStringLiteral("Gradient norm"), worker);
   CHECK(grad.emptyText().contains(QStringLiteral("gradient norm")));
 }
+
+TEST_CASE("a pass-rate panel spans 0 to 1 whatever the rates", "[curve-worker]") {
+  // Flat rates (0% early in a run, 100% once it has learnt the task) used to get a hair-thin
+  // axis around the value, reading as -4e-05 to 4e-05; rates in between keep the same span.
+  for (double rate : {0.0, 1.0, 0.35}) {
+    auto curves = std::make_shared<RunCurves>();
+    curves->name = "r";
+    curves->evalColumns = {"val_loss", "pass_rate_math"};
+    for (int s = 0; s <= 40; s += 10)
+      curves->eval.push_back(log::EvalRow{s, 64 * s, 0.1 * s, {1.0, rate}});
+    auto snaps = std::make_shared<RunSnapshots>();
+    RunSnapshot snap;
+    snap.id = "/runs/r", snap.name = "r", snap.curves = curves;
+    snaps->push_back(snap);
+    CurvePanel panel("eval/pass_rate_math", QStringLiteral("Pass rate: math"));
+    CurveSettings linear;
+    linear.logY = false;
+    panel.setSettings(linear);
+    panel.setValueBounds(0, 1);
+    panel.resize(600, 400);
+    panel.show();
+    panel.setRuns(snaps, {"/runs/r"});
+    REQUIRE(panel.redrawNow() > 0);
+    const auto [lo, hi] = panel.yAxisRange();
+    INFO("rate " << rate << ": axis " << lo << " to " << hi);
+    CHECK(lo <= 0);
+    CHECK(lo > -0.1);
+    CHECK(hi >= 1);
+    CHECK(hi < 1.1);
+  }
+}

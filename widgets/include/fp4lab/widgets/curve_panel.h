@@ -44,6 +44,11 @@ class CurvePanel : public QWidget {
   const CurveSettings& settings() const { return m_settings; }
   void setSelectedRun(const std::string& id);
 
+  // Values that live in [lo, hi] (pass rates: 0 and 1): the y axis always spans that range, so a
+  // flat 0% or 100% reads as such instead of a hair-thin range around it.
+  void setValueBounds(double lo, double hi) { m_boundLo = lo, m_boundHi = hi; }
+  std::pair<double, double> yAxisRange() const { return {m_yLo, m_yHi}; }
+
   // The x-range shown (in the x axis's units); resetZoom() goes back to following the data.
   void setXRange(double x0, double x1);
   void resetZoom();
@@ -115,6 +120,7 @@ class CurvePanel : public QWidget {
   int m_drawnPoints = 0;
   int m_labelChars = -1;  // the widest y label at the last layout
   double m_yLo = NAN, m_yHi = NAN;
+  double m_boundLo = NAN, m_boundHi = NAN;  // setValueBounds
   int m_yLabels = 0;
   bool m_yLog = true;
 };
