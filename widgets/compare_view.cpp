@@ -831,7 +831,15 @@ void CompareView::updateCharts(const Curve& a, const Curve& b) {
   }
   const bool haveX = xMin <= xMax;
   fitAxis(*m_overlayX, haveX ? xMin : 0, haveX ? xMax : 1, true);
-  fitAxis(*m_overlayY, yMin, yMax, false);
+  // Pass rates are fractions: the overlay spans 0 to 1, as on the Curves page (the difference
+  // below keeps its own range).
+  if (m_metric.rfind("eval/pass_rate_", 0) == 0 && !(yMin < 0 || yMax > 1)) {
+    m_overlayY->setRange(0, 1);
+    m_overlayY->setTickCount(6);
+    m_overlayY->setLabelFormat(QStringLiteral("%.1f"));
+  } else {
+    fitAxis(*m_overlayY, yMin, yMax, false);
+  }
   m_overlayY->setTitleText(metricTitles(m_metric).second);
   QString title = metricTitle(m_metric);
   if (a.line.empty() || b.line.empty())

@@ -13,6 +13,7 @@
 #include <QCheckBox>
 #include <QClipboard>
 #include <QComboBox>
+#include <QValueAxis>
 #include <QLabel>
 #include <QLineSeries>
 #include <QProgressBar>
@@ -661,4 +662,35 @@ TEST_CASE("CompareView screenshots", "[.screenshot]") {
     const QString path = QStringLiteral("/tmp/compare_%1x%2.png").arg(w).arg(h);
     REQUIRE(view.grab().save(path));
   }
+}
+
+TEST_CASE("CompareView's pass-rate overlay spans 0 to 1", "[compare]") {
+  CompareView view;
+  view.resize(1000, 700);
+  view.show();
+  RunSnapshots runs;
+  for (const char* name : {"run-a", "run-b"}) {
+    RunSnapshot s = makeRun(name, {"recipe.name=qat", "quant.format=nvfp4"}, {{0, 1.0}, {10, 0.9}});
+    auto curves = std::make_shared<RunCurves>(*s.curves);
+    curves->evalColumns.push_back("pass_rate_math");
+    for (auto& row : curves->eval) row.values.push_back(1.0);  // 100% throughout: flat
+    s.curves = curves;
+    runs.push_back(s);
+  }
+  view.setRuns(share(runs));
+  view.setPair(kRoot + "/run-a", kRoot + "/run-b");
+  auto* box = view.findChild<QComboBox*>(QStringLiteral("compareMetric"));
+  REQUIRE(box);
+  const int i = box->findData(QStringLiteral("eval/pass_rate_math"));
+  REQUIRE(i >= 0);
+  box->setCurrentIndex(i);
+  Q_EMIT box->activated(i);
+  auto* overlayView = view.findChild<QChartView*>(QStringLiteral("compareOverlayChart"));
+  REQUIRE(overlayView);
+  auto* y = qobject_cast<QValueAxis*>(overlayView->chart()->axes(Qt::Vertical).value(0));
+  REQUIRE(y);
+  INFO("axis " << y->min() << " to " << y->max());
+  CHECK(y->min() <= 0);
+  CHECK(y->max() >= 1);
+  CHECK(y->max() < 1.3);
 }
