@@ -29,7 +29,13 @@ RunDetails::RunDetails(QWidget* parent) : QWidget(parent) {
   m_events->setObjectName(QStringLiteral("run events"));
   m_events->setAccessibleName(QStringLiteral("run events"));
   m_events->setToolTip(
-      QStringLiteral("the log's events: start, resume, checkpoints, warnings, end"));
+      QStringLiteral("the log's events: start, resume, checkpoints, task gradings, warnings, end"));
+  // An event is a sentence (a task grading's pass rates, a warning's advice): wrapped to the
+  // dock's width rather than cut at its edge.
+  m_events->setWordWrap(true);
+  m_events->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  m_events->setResizeMode(QListView::Adjust);
+  m_events->setAlternatingRowColors(true);  // where one wrapped event ends
   m_console = new QPlainTextEdit;
   m_console->setObjectName(QStringLiteral("run console"));
   m_console->setAccessibleName(QStringLiteral("run console"));
