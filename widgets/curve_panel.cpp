@@ -440,10 +440,8 @@ void CurvePanel::applyFrame(const std::shared_ptr<const CurveFrame>& frame) {
     xAxis->setRange(nice.min(), nice.max());
   }
   const bool logY = frame->settings.logY;
-  if (!logY && m_boundLo <= m_boundHi) {  // bounded values: the axis spans the bounds
-    yLo = std::min(m_boundLo, yLo <= yHi ? yLo : m_boundLo);
-    yHi = std::max(m_boundHi, yLo <= yHi ? yHi : m_boundHi);
-  }
+  if (!logY && m_boundLo <= m_boundHi)  // bounded values: the axis spans the bounds
+    yLo = std::min(yLo, m_boundLo), yHi = std::max(yHi, m_boundHi);
   if (!(yLo <= yHi)) yLo = logY ? -1 : 0, yHi = logY ? 0 : 1;
   const double span = yHi - yLo;
   const double pad = span > 0 ? 0.05 * span : 0.05 * std::max(1e-3, std::abs(yHi));

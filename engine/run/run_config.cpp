@@ -249,7 +249,6 @@ std::string RunConfig::toYaml() const {
     root[key.substr(0, dot)][key.substr(dot + 1)] = b.get(*this);
   }
   YAML::Emitter out;
-  out.SetDoublePrecision(17);
   out << root;
   return std::string(out.c_str()) + "\n";
 }
@@ -258,7 +257,6 @@ std::vector<std::pair<std::string, std::string>> RunConfig::flatten() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& b : table()) {
     YAML::Emitter e;
-    e.SetDoublePrecision(17);
     e << b.get(*this);
     out.emplace_back(b.key.name, e.c_str());
   }

@@ -65,6 +65,15 @@ std::string taskAnswerLines(const TaskResults& t) {
   return lines;
 }
 
+// One line of taskAnswerLines back (fp4lab::Error carries a rank's failure instead: see EvalWork).
+TaskItemResult taskAnswerFromJson(const nlohmann::json& j) {
+  TaskItemResult r;
+  r.task = j.at("task"), r.index = j.at("index"), r.prompt = j.at("prompt");
+  r.system = j.value("system", ""), r.response = j.at("response");
+  r.pass = j.at("pass"), r.reason = j.at("reason");
+  return r;
+}
+
 // The part of an evaluation that every rank of a data-parallel run does alike (its calls are
 // collectives, in the same order on every rank): the input quantizers' error statistics reduced
 // over the ranks' validation shards, and the task items graded shard by shard (item i on rank
@@ -91,7 +100,7 @@ class EvalWork {
     auto grade = [&] {
       return evaluateTasks(m_extras.bundle.model, m_extras.bundle.tokenizer("task evaluation"),
                            m_extras.tasks, c.taskItems, c.dataSeed, reply,
-                           m_group ? m_group->rank() : 0, m_group ? m_group->world() : 1);
+                           m_group ? m_group->rank() : 0, ranks());
     };
     if (!m_group) return grade();
     // A rank whose grading fails still joins the gather, with its error, so that every rank (the
@@ -112,11 +121,7 @@ class EvalWork {
           throw Error("rank " + std::to_string(rank) +
                           " failed to grade its task items: " + j.at("error").get<std::string>(),
                       "eval.tasks", "see that rank's output");
-        TaskItemResult r;
-        r.task = j.at("task"), r.index = j.at("index"), r.prompt = j.at("prompt");
-        r.system = j.value("system", ""), r.response = j.at("response");
-        r.pass = j.at("pass"), r.reason = j.at("reason");
-        all.push_back(std::move(r));
+        all.push_back(taskAnswerFromJson(j));
       }
     }
     // Rank 0's wall clock from the first item to the last rank's answers.
