@@ -365,6 +365,9 @@ void CompareView::buildUi() {
   charts->addWidget(m_diffView);
   charts->setStretchFactor(0, 3);
   charts->setStretchFactor(1, 2);
+  // Room for the difference's title, axes and labels on a small screen (below this Qt elides its
+  // step labels to "..."); the overlay, with its legend, gives way first.
+  m_diffView->setMinimumHeight(170);
   split->addWidget(charts);
 
   auto addAxes = [](QChart* chart, QValueAxis*& x, QValueAxis*& y, const QString& yTitle) {
