@@ -347,6 +347,11 @@ int runInspect(const std::vector<std::string>& argv) {
                 dir.c_str());
   std::printf("recipe %s (%s), created %s\n", a.recipe.c_str(), a.format.c_str(),
               a.createdUtc.c_str());
+  // Which GEMM ran the BF16 linears, and what the two took (the bf16_gemm event's text).
+  const std::vector<std::string> events = reader.events();
+  for (const std::string& e : events)
+    if (const size_t at = e.find(" bf16_gemm "); at != std::string::npos && at < 32)
+      std::printf("%s\n", e.substr(at + 11).c_str());
   int64_t rows = reader.trainRows();
   if (rows > 0) {
     auto first = reader.readTrain(0, 1)[0];
@@ -381,7 +386,7 @@ int runInspect(const std::vector<std::string>& argv) {
                   sqnr[order[i]], act[order[i]]);
   }
   std::printf("\nevents:\n");
-  for (const auto& e : reader.events()) std::printf("  %s\n", e.c_str());
+  for (const auto& e : events) std::printf("  %s\n", e.c_str());
   if (fs::exists(dir / "checkpoints")) {
     std::printf("\ncheckpoints:\n");
     for (const auto& entry : fs::directory_iterator(dir / "checkpoints"))

@@ -195,6 +195,21 @@ std::vector<std::pair<std::string, QuantLinear>> CausalLMImpl::quantLinears() {
   return result;
 }
 
+std::vector<GemmShape> CausalLMImpl::gemmShapes(int64_t rows) {
+  const int64_t experts = std::max<int64_t>(1, m_config.numLocalExperts);
+  const int64_t expertRows =
+      std::max<int64_t>(1, rows * std::max<int64_t>(1, m_config.numExpertsPerTok) / experts);
+  std::vector<GemmShape> shapes;
+  for (auto& [name, linear] : quantLinears()) {
+    const torch::Tensor& w = linear->weight;
+    // gpt-oss's experts: one [E, out, in] tensor; Mixtral's: a linear per expert.
+    const bool expert = w.dim() == 3 || name.find(".experts.") != std::string::npos;
+    shapes.push_back(
+        {expert ? expertRows : rows, w.size(-1), w.size(-2), w.dim() == 3 ? w.size(0) : 1});
+  }
+  return shapes;
+}
+
 torch::ScalarType CausalLMImpl::dtype() const {
   return model->embedTokens->weight.scalar_type();
 }

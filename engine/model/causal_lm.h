@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/gemm_choice.h"
 #include "model/layers.h"
 #include "model/quant_linear.h"
 
@@ -81,6 +82,9 @@ class CausalLMImpl : public torch::nn::Module {
   // "model.layers.0.block_sparse_moe.gate", "lm_head"), in registration order. With tied
   // embeddings "lm_head" is included (its weight is model.embed_tokens.weight).
   std::vector<std::pair<std::string, QuantLinear>> quantLinears();
+  // The products of those layers for `rows` tokens (an expert's for its share of them, rows x
+  // experts per token / experts), for choosing the BF16 GEMM (gemm_choice.h).
+  std::vector<GemmShape> gemmShapes(int64_t rows);
   torch::ScalarType dtype() const;
   torch::Device device() const;
 

@@ -35,14 +35,12 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 bool ownAttentionBackward();
 
 // The engine's linear layer, x w^T + b, as torch::linear computes it, except with BF16 numerics on
-// a CPU without AMX (autocast to BF16 on, or x and w both BF16): there LibTorch's BF16 GEMMs run at
-// half its fp32 speed, so the BF16-rounded operands are multiplied by the fp32 GEMM (their products
-// are exact in fp32, accumulated in fp32 as the BF16 GEMM does, in another order) and the result
-// is rounded to BF16; the gradients are BF16-rounded as autocast's, then in the inputs' types.
-// model/linear.cpp.
+// a CPU (autocast to BF16 on, or x and w both BF16) where the fp32 GEMM was measured faster than
+// LibTorch's BF16 GEMM (model/gemm_choice.h): there the BF16-rounded operands are multiplied by the
+// fp32 GEMM (their products are exact in fp32, accumulated in fp32 as the BF16 GEMM does, in
+// another order) and the result is rounded to BF16; the gradients are BF16-rounded as autocast's,
+// then in the inputs' types. model/linear.cpp.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
-// Whether linear() takes that path on this machine (no AMX).
-bool bf16LinearInFp32();
 // That path itself, on any machine (CPU tensors, floating point; tested against torch::linear
 // under BF16 autocast).
 torch::Tensor bf16LinearViaFp32(const torch::Tensor& x, const torch::Tensor& w,

@@ -1,20 +1,18 @@
 // The engine's linear product under BF16 (see linear() in fused_ops.h).
 //
-// On CPUs without AMX, LibTorch's BF16 matrix products (oneDNN, and MKL's bf16 x bf16 -> fp32
-// GEMM) run at about half the speed of its fp32 GEMM: measured on a 2-core Xeon with AVX-512 BF16
-// and no AMX, 150-165 GFLOPS against 305 (tests/bench/bench_fused_ops, "linear"). The product of
-// two BF16 values is exact in fp32, so an fp32 GEMM of the BF16-rounded operands computes what the
-// BF16 GEMM computes (fp32 accumulation of the same exact products), in another summation order;
-// the result is rounded to BF16 as autocast's would be. So where AMX is missing, the linear layers
-// run that way: the same BF16 training, twice as fast in its matrix products.
+// On some CPUs LibTorch's BF16 matrix products (oneDNN, and MKL's bf16 x bf16 -> fp32 GEMM) run at
+// about half the speed of its fp32 GEMM: measured on a 2-core Xeon with AVX-512 BF16 and no AMX,
+// 150-165 GFLOPS against 305 (tests/bench/bench_fused_ops, "linear"); on others (AMX, or an AMD
+// Zen 4 with AVX-512 BF16) they are the faster ones. The product of two BF16 values is exact in
+// fp32, so an fp32 GEMM of the BF16-rounded operands computes what the BF16 GEMM computes (fp32
+// accumulation of the same exact products), in another summation order; the result is rounded to
+// BF16 as autocast's would be. Which of the two runs is measured per machine (gemm_choice.h).
 #include <ATen/autocast_mode.h>
-#include <ATen/cpu/Utils.h>
 
 #include "model/fused_ops.h"
+#include "model/gemm_choice.h"
 
-#include <cstdlib>
 #include <optional>
-#include <string>
 
 namespace fp4lab::model {
 namespace {
@@ -85,23 +83,7 @@ class Bf16LinearBiasFunction : public torch::autograd::Function<Bf16LinearBiasFu
   }
 };
 
-bool fp32GemmsAreFaster() {
-  // AMX's tiles make BF16 products several times faster than fp32; without them fp32 wins.
-  // FP4LAB_BF16_GEMM=bf16 or fp32 overrides the choice (benchmarks compare the two).
-  static const bool faster = [] {
-    const char* forced = std::getenv("FP4LAB_BF16_GEMM");
-    if (forced && std::string(forced) == "bf16") return false;
-    if (forced && std::string(forced) == "fp32") return true;
-    return !at::cpu::init_amx();
-  }();
-  return faster;
-}
-
 }  // namespace
-
-bool bf16LinearInFp32() {
-  return fp32GemmsAreFaster();
-}
 
 torch::Tensor bf16LinearViaFp32(const torch::Tensor& x, const torch::Tensor& w,
                                 const torch::Tensor& b) {
@@ -122,7 +104,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
   const bool bf16 =
       autocastBf16 || (x.scalar_type() == torch::kBFloat16 && w.scalar_type() == torch::kBFloat16);
   if (!cpu || !bf16 || !floating(x) || !floating(w) || (b.defined() && !floating(b)) ||
-      !fp32GemmsAreFaster())
+      currentBf16Gemm() != Bf16Gemm::Fp32)
     return torch::linear(x, w, b);
   return bf16LinearViaFp32(x, w, b);
 }

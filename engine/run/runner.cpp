@@ -27,8 +27,10 @@
 #include "fp4lab/kernels/fp4.h"
 #include "fp4lab/log/run_log.h"
 #include "fp4lab/run/run_folder.h"
+#include "model/gemm_choice.h"
 #include "quant/quantize_model.h"
 #include "run/model_source.h"
+#include "run/run_gemm.h"
 #include "run/task_eval.h"
 #include "train/device.h"
 #include "train/distributed.h"
@@ -39,6 +41,7 @@ namespace fp4lab::run {
 namespace {
 
 namespace fs = std::filesystem;
+
 using Clock = std::chrono::steady_clock;
 
 // What an evaluation adds beyond the loop's validation loss: task pass rates by generation and
@@ -458,6 +461,11 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   ModelBundle bundle = loadModelBundle(resuming ? checkpoint : config.modelPath, torch::kFloat32,
                                        config.seed, resuming ? false : config.bf16Weights);
   bundle.model->to(device);
+  // BF16 linears on whichever GEMM this machine runs faster (model/gemm_choice.h), chosen before
+  // calibration's first forward.
+  std::optional<model::Bf16GemmChoice> gemm;
+  if (!options.dryRun && device.is_cpu() && config.computeDtype == "bf16")
+    gemm = chooseRunGemm(bundle.model, config, group.get());
   const int64_t contextLength = bundle.model->config().maxPositionEmbeddings;
   if (config.seqLen > contextLength)
     throw Error("'data.seq_len' is " + std::to_string(config.seqLen) +
@@ -618,6 +626,7 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
                                   train::describeDevice(device));
     for (const auto& note : frozenNotes) logWriter->event("frozen_model", note);
   }
+  if (logWriter && gemm) logWriter->event("bf16_gemm", gemm->describe());
   RunEvent started;
   started.kind = EventKind::Started;
   started.step = trainer.state().step;

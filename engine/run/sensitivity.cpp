@@ -20,6 +20,7 @@
 #include "fp4lab/kernels/fp4.h"
 #include "quant/quantize_model.h"
 #include "run/model_source.h"
+#include "run/run_gemm.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
 
@@ -133,6 +134,8 @@ SensitivityResult measureSensitivity(
 
   ModelBundle bundle = loadModelBundle(config.modelPath, torch::kFloat32, config.seed, true);
   model::CausalLM model = bundle.model;
+  // The GEMM a PTQ run of this config uses, so that the plans score what such a run would.
+  if (config.computeDtype == "bf16") chooseRunGemm(model, config, nullptr);
   const int64_t contextLength = model->config().maxPositionEmbeddings;
   if (config.seqLen > contextLength)
     throw Error("'data.seq_len' is " + std::to_string(config.seqLen) +

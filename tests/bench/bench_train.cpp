@@ -185,6 +185,13 @@ int main(int argc, char** argv) {
   };
   const model::CausalLM first = makeModel();
   const model::ModelConfig mc = first->config();
+  // The BF16 GEMM as a run chooses it (run/runner.cpp): measured on the model's products, or
+  // cached; FP4LAB_BF16_GEMM forces one (the side-by-side comparisons in docs/performance.md).
+  model::GemmChoiceOptions gemmOptions;
+  gemmOptions.cacheFile = run::cacheRoot() + "/gemm-choice.json";
+  const model::Bf16GemmChoice gemm =
+      model::chooseBf16Gemm(model::CausalLM(first)->gemmShapes(int64_t(batch) * seq), gemmOptions);
+  std::fprintf(stderr, "%s\n", gemm.describe().c_str());
   int64_t params = 0;
   for (const auto& p : first->parameters()) params += p.numel();
   const std::vector<data::Sequence> sequences =
@@ -289,7 +296,10 @@ int main(int argc, char** argv) {
     const double stepS = timed.empty() ? NAN : timed[timed.size() / 2];
     nlohmann::json out = {{"impl", "fp4lab-cpp"},
                           {"recipe", job->recipeName},
-                          {"bf16_gemm", model::bf16LinearInFp32() ? "fp32" : "bf16"},
+                          {"bf16_gemm", model::toString(gemm.gemm)},
+                          {"gemm_source", gemm.source},
+                          {"gemm_bf16_s", gemm.libTorchSeconds},
+                          {"gemm_fp32_s", gemm.fp32Seconds},
                           {"teacher", job->recipeName != "qad" ? ""
                                       : bf16Teacher            ? "bf16"
                                                                : "fp32-bf16-matrices"},

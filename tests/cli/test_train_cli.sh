@@ -43,6 +43,26 @@ grep -q "finished" "$T/inspect.txt" && grep -q "val_loss" "$T/inspect.txt" || fa
 grep -q "start fp4lab train, recipe sft, .* on cpu" "$T/inspect.txt" || fail "inspect: no device: $(cat "$T/inspect.txt")"
 grep -Eq "memory peak resident memory [1-9][0-9]* MiB \(tcmalloc\)" "$T/inspect.txt" ||
   fail "inspect: no peak memory, or not on tcmalloc: $(cat "$T/inspect.txt")"
+# The GEMM for BF16 linears is measured on the model's products, said in the log and by inspect,
+# cached per machine (one measurement), and forced by FP4LAB_BF16_GEMM.
+grep -Eq "bf16_gemm BF16 linears on (the fp32 GEMM|LibTorch's BF16 GEMM): [0-9.e-]+ s per step of this model's products, (LibTorch's BF16|the fp32) GEMM [0-9.e-]+ s \((measured|cached), 1 thread, " "$T/inspect.txt" ||
+  fail "inspect: no bf16_gemm event: $(cat "$T/inspect.txt")"
+grep -Eq "^BF16 linears on " "$T/inspect.txt" || fail "inspect: no BF16 GEMM line: $(cat "$T/inspect.txt")"
+for i in 1 2; do
+  FP4LAB_HOME="$T/home" "$BIN" train "${COMMON[@]}" train.max_steps=1 --output-dir "$T/gemm$i" > /dev/null ||
+    fail "train with FP4LAB_HOME exited $?"
+done
+# (inspect's output is kept before grep -q reads it: under pipefail, grep closing early fails the
+# pipe.)
+[[ $("$BIN" inspect "$T/gemm1") == *"per step of this model's products"*"(measured, "* ]] || fail "first run did not measure"
+[[ $("$BIN" inspect "$T/gemm2") == *"per step of this model's products"*"(cached, "* ]] || fail "second run did not use the cache"
+grep -q '"bf16_s"' "$T/home/gemm-choice.json" || fail "no timing in $T/home/gemm-choice.json"
+for g in fp32 bf16; do
+  FP4LAB_BF16_GEMM=$g "$BIN" train "${COMMON[@]}" train.max_steps=1 --output-dir "$T/gemm-$g" > /dev/null ||
+    fail "train with FP4LAB_BF16_GEMM=$g exited $?"
+  [[ $("$BIN" inspect "$T/gemm-$g") == *"bf16_gemm BF16 linears on "*"(forced by FP4LAB_BF16_GEMM=$g)"* ]] ||
+    fail "FP4LAB_BF16_GEMM=$g: $("$BIN" inspect "$T/gemm-$g" | grep -i gemm)"
+done
 # FP4LAB_ALLOCATOR=glibc keeps glibc's allocator (a desktop build otherwise preloads tcmalloc).
 if ! readelf -d "$BIN" | grep -q tcmalloc; then
   FP4LAB_ALLOCATOR=glibc "$BIN" train --config "$T/run.yaml" "${COMMON[@]}" train.max_steps=1 \
