@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -265,6 +266,18 @@ std::string gemmCacheKey(const std::vector<GemmShape>& shapes, bool backward, in
          (backward ? ";train" : ";forward") + ";shapes=" + shapesText(merged(shapes));
 }
 
+int64_t gemmTimingRows(const GemmShape& s, const GemmChoiceOptions& options) {
+  const double flops = 2.0 * double(s.in) * double(s.out);
+  if (flops * double(s.rows) <= options.maxFlops || s.rows < 4 * options.minRows) return s.rows;
+  return std::min(s.rows / 4,
+                  std::max<int64_t>(options.minRows, int64_t(options.maxFlops / flops)));
+}
+
+double extrapolateGemmSeconds(double lowSeconds, double highSeconds, int64_t low, int64_t rows) {
+  const double perRow = std::max(0.0, (highSeconds - lowSeconds) / double(low));
+  return std::max(highSeconds, lowSeconds + perRow * double(rows - low));
+}
+
 Bf16GemmChoice measureBf16Gemm(const std::vector<GemmShape>& shapes,
                                const GemmChoiceOptions& options) {
   Bf16GemmChoice choice;
@@ -273,28 +286,44 @@ Bf16GemmChoice measureBf16Gemm(const std::vector<GemmShape>& shapes,
   choice.libTorchSeconds = choice.fp32Seconds = 0;
   // A generator of its own: the run's seeded one must not move.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
-  for (const GemmShape& s : merged(shapes)) {
-    // Large products are timed on fewer rows and scaled: their time is linear in the rows there.
-    const double flops = 2.0 * double(s.in) * double(s.out);
-    int64_t rows = s.rows;
-    if (flops * double(rows) > options.maxFlops)
-      rows =
-          std::min(s.rows, std::max<int64_t>(options.minRows, int64_t(options.maxFlops / flops)));
-    const double scale = double(s.count) * double(s.rows) / double(rows);
+  // Both paths' fastest times for one product at `rows` rows, after a warm-up round. Where the
+  // warm-up already separates them by 4x, the slower one's warm-up time stands (it can only
+  // overstate a time that loses anyway: on a CPU without BF16 units LibTorch's BF16 GEMM takes
+  // 20-40x the fp32 one, and timing it again would cost most of the measurement); otherwise
+  // rounds alternate until one separates them by 2x, or `repeats` rounds.
+  auto fastest = [&](const GemmShape& s, int64_t rows) {
     torch::Tensor x =
         torch::randn({rows, s.in}, gen).to(torch::kBFloat16).requires_grad_(options.backward);
     torch::Tensor w = (torch::randn({s.out, s.in}, gen) * 0.05).requires_grad_(options.backward);
     torch::Tensor g = torch::randn({rows, s.out}, gen).to(torch::kBFloat16);
-    double best[2] = {INFINITY, INFINITY};
-    for (int rep = 0; rep <= options.repeats; ++rep) {
+    const auto time = [&](Bf16Gemm gemm) { return timeProduct(gemm, x, w, g, options.backward); };
+    std::array<double, 2> warm{}, best = {INFINITY, INFINITY};
+    for (Bf16Gemm gemm : {Bf16Gemm::LibTorch, Bf16Gemm::Fp32}) warm[int(gemm)] = time(gemm);
+    const int winner = warm[0] < warm[1] ? 0 : 1;
+    if (warm[1 - winner] > 4 * warm[winner]) {
+      best[1 - winner] = warm[1 - winner];
+      best[winner] = time(Bf16Gemm(winner));
+      return best;
+    }
+    for (int rep = 1; rep <= options.repeats; ++rep) {
       for (int k = 0; k < 2; ++k) {  // alternate which path goes first
         const Bf16Gemm gemm = (rep + k) % 2 ? Bf16Gemm::Fp32 : Bf16Gemm::LibTorch;
-        const double t = timeProduct(gemm, x, w, g, options.backward);
-        if (rep > 0) best[int(gemm)] = std::min(best[int(gemm)], t);  // rep 0 warms up
+        best[int(gemm)] = std::min(best[int(gemm)], time(gemm));
       }
+      if (std::max(best[0], best[1]) > 2 * std::min(best[0], best[1])) break;
     }
-    choice.libTorchSeconds += scale * best[int(Bf16Gemm::LibTorch)];
-    choice.fp32Seconds += scale * best[int(Bf16Gemm::Fp32)];
+    return best;
+  };
+  for (const GemmShape& s : merged(shapes)) {
+    std::array<double, 2> estimate{};
+    if (const int64_t low = gemmTimingRows(s, options); low == s.rows) {
+      estimate = fastest(s, s.rows);
+    } else {
+      const std::array<double, 2> a = fastest(s, low), b = fastest(s, 2 * low);
+      for (int p = 0; p < 2; ++p) estimate[p] = extrapolateGemmSeconds(a[p], b[p], low, s.rows);
+    }
+    choice.libTorchSeconds += double(s.count) * estimate[int(Bf16Gemm::LibTorch)];
+    choice.fp32Seconds += double(s.count) * estimate[int(Bf16Gemm::Fp32)];
   }
   choice.gemm = choice.fp32Seconds < choice.libTorchSeconds ? Bf16Gemm::Fp32 : Bf16Gemm::LibTorch;
   return choice;

@@ -44,9 +44,9 @@ struct Bf16GemmChoice {
 struct GemmChoiceOptions {
   bool backward = true;     // a training step (forward and both backward products), else forward
   std::string cacheFile;    // empty: measure every time
-  double maxFlops = 2.5e8;  // a larger forward product is timed on fewer rows (at least minRows)
+  double maxFlops = 2.5e8;  // see gemmTimingRows
   int64_t minRows = 128;
-  int repeats = 3;  // per path and shape, alternating; the fastest counts
+  int repeats = 3;  // per path and shape, alternating, after a warm-up; the fastest counts
 };
 
 // Chooses for `shapes` as above and makes model::linear use the choice in this process from now
@@ -57,6 +57,16 @@ Bf16GemmChoice chooseBf16Gemm(const std::vector<GemmShape>& shapes,
 // Times both paths on `shapes` now, without the cache or FP4LAB_BF16_GEMM, and changes nothing.
 Bf16GemmChoice measureBf16Gemm(const std::vector<GemmShape>& shapes,
                                const GemmChoiceOptions& options);
+
+// The measurement's arithmetic. A forward product above options.maxFlops is timed at fewer rows
+// (`low`, at least minRows and at most a quarter of its rows) and at twice as many, and its time at
+// all its rows read off the line through the two: the time grows linearly with the rows, from
+// costs that do not (the weight's casts, dW's writes), which scaling one timing would multiply too.
+// gemmTimingRows gives `low`, or the product's own rows where it is timed whole.
+int64_t gemmTimingRows(const GemmShape& shape, const GemmChoiceOptions& options);
+// The line through (low, lowSeconds) and (2 low, highSeconds) at `rows`, never falling (timing
+// noise can make the second point the faster) and never below either timing.
+double extrapolateGemmSeconds(double lowSeconds, double highSeconds, int64_t low, int64_t rows);
 
 // What model::linear uses now: LibTorch's own path until a choice is made (or FP4LAB_BF16_GEMM
 // forces one).

@@ -27,6 +27,9 @@ for model in $MODELS; do
     tiny) BATCH=16 ;;
     *) BATCH=8 ;;
   esac
+  # The default's choice first, alone: measured on an idle machine (or read from the cache), not
+  # while the ring's first process trains.
+  "$CPP" --model "$model" --recipe sft --steps 0 --batch "$BATCH" --seq 256 --threads "$THREADS"
   for ((r = 0; r < ROUNDS; ++r)); do
     pids=()
     # bf16 -> fp32 -> default -> bf16: each waits for a byte on its FIFO before a step and writes

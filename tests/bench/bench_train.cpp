@@ -3,6 +3,7 @@
 // real pretrained model (smollm2: builtin:smollm2-135m's folder) with the SFT, QAT (NVFP4 W4A4)
 // and QAD (NVFP4 W4A4, its BF16 self as the teacher) recipes.
 // usage: bench_train --model tiny|100m|smollm2 [--recipe R[,R...]] [--steps N] [--warmup N]
+//        (--steps 0: only choose the BF16 GEMM, measured or cached, and say which)
 //                    [--batch B] [--seq T] [--threads N]
 // prints one JSON line per recipe like train_step.py; bench_train.sh and bench_smollm2.sh put them
 // side by side.
@@ -192,6 +193,7 @@ int main(int argc, char** argv) {
   const model::Bf16GemmChoice gemm =
       model::chooseBf16Gemm(model::CausalLM(first)->gemmShapes(int64_t(batch) * seq), gemmOptions);
   std::fprintf(stderr, "%s\n", gemm.describe().c_str());
+  if (steps == 0) return 0;  // --steps 0: the GEMM choice alone (bench_gemm_choice.sh)
   int64_t params = 0;
   for (const auto& p : first->parameters()) params += p.numel();
   const std::vector<data::Sequence> sequences =

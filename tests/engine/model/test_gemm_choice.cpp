@@ -60,24 +60,28 @@ TEST_CASE("measureBf16Gemm times both paths and picks the faster", "[gemm]") {
     CHECK((c.gemm == Bf16Gemm::Fp32) == (c.fp32Seconds < c.libTorchSeconds));
     CHECK(c.threads == at::get_num_threads());
     CHECK(c.describe().rfind(c.gemm == Bf16Gemm::Fp32 ? "BF16 linears on the fp32 GEMM: "
-                                                       : "BF16 linears on LibTorch's BF16 GEMM: ",
+                                                      : "BF16 linears on LibTorch's BF16 GEMM: ",
                              0) == 0);
   }
 }
 
-TEST_CASE("A product larger than the budget is timed on fewer rows and scaled", "[gemm]") {
-  // Twice the rows of a product over the budget: the estimate doubles (within timing noise)
-  // instead of the measurement taking twice as long.
+TEST_CASE("A product larger than the budget is timed on fewer rows and extrapolated", "[gemm]") {
   GemmChoiceOptions options;
-  options.backward = false;
   options.maxFlops = 2.0 * 128 * 256 * 256;  // 128 rows of 256 x 256
-  options.minRows = 128;
-  options.repeats = 5;
-  const Bf16GemmChoice small = measureBf16Gemm({{4096, 256, 256, 1}}, options);
-  const Bf16GemmChoice large = measureBf16Gemm({{8192, 256, 256, 1}}, options);
-  const double ratio = large.fp32Seconds / small.fp32Seconds;
-  CHECK(ratio > 1.3);
-  CHECK(ratio < 3.0);
+  options.minRows = 64;
+  CHECK(gemmTimingRows({100, 256, 256, 1}, options) == 100);    // within the budget
+  CHECK(gemmTimingRows({128, 256, 256, 1}, options) == 128);    // exactly the budget
+  CHECK(gemmTimingRows({4096, 256, 256, 1}, options) == 128);   // the budget's rows
+  CHECK(gemmTimingRows({4096, 4096, 4096, 1}, options) == 64);  // at least minRows
+  CHECK(gemmTimingRows({255, 4096, 4096, 1}, options) == 255);  // too few rows to split
+  CHECK(gemmTimingRows({400, 256, 256, 1}, options) == 100);    // at most a quarter
+  // The line through the two timings, with a fixed cost: 1 s + 0.01 s per row.
+  CHECK(extrapolateGemmSeconds(1 + 0.01 * 100, 1 + 0.01 * 200, 100, 1000) ==
+        Approx(1 + 0.01 * 1000));
+  // Noise that makes the larger timing the faster: flat, never below either timing.
+  CHECK(extrapolateGemmSeconds(2.0, 1.5, 100, 1000) == 2.0);
+  // Rows only (no fixed cost): plain scaling.
+  CHECK(extrapolateGemmSeconds(0.5, 1.0, 100, 800) == Approx(4.0));
 }
 
 TEST_CASE("The cache key names the CPU, LibTorch, the threads and the shapes", "[gemm]") {
@@ -132,8 +136,7 @@ TEST_CASE("A cached timing is taken as written, either way", "[gemm]") {
     const std::vector<GemmShape> shapes = {{72, 40, fp32Faster ? 24 : 56, 5}};
     const std::string key = gemmCacheKey(shapes, true, at::get_num_threads());
     nlohmann::json j = {
-        {"entries",
-         {{key, {{"gemm", "x"}, {"bf16_s", fp32Faster ? 2.0 : 1.0}, {"fp32_s", 1.5}}}}}};
+        {"entries", {{key, {{"gemm", "x"}, {"bf16_s", fp32Faster ? 2.0 : 1.0}, {"fp32_s", 1.5}}}}}};
     writeText(options.cacheFile, j.dump());
     const Bf16GemmChoice c = chooseBf16Gemm(shapes, options);
     CHECK(c.source == "cached");
@@ -225,9 +228,8 @@ TEST_CASE("A model's products: every linear, tied lm_head, experts on their shar
   int64_t expected = 0;
   for (auto& [name, l] : m->quantLinears()) expected += l->weight.numel();
   CHECK(weights == expected);
-  CHECK(std::count_if(shapes.begin(), shapes.end(), [](const GemmShape& s) {
-          return s.in == 64 && s.out == 300;
-        }) == 1);
+  CHECK(std::count_if(shapes.begin(), shapes.end(),
+                      [](const GemmShape& s) { return s.in == 64 && s.out == 300; }) == 1);
 
   ModelConfig moe = c;
   moe.architecture = Architecture::Mixtral;
