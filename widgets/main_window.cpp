@@ -180,6 +180,7 @@ MainWindow::MainWindow(const WorkbenchOptions& options, QWidget* parent)
 
   connect(m_queue, &RunQueue::jobFinished, this, &MainWindow::onJobFinished);
   connect(m_queue, &RunQueue::jobStarted, this, [this](const QString&) {
+    if (m_rawSnapshots) onSnapshots(m_rawSnapshots);  // "starting" at once
     Q_EMIT requestPoll();
     updateActions();
   });
@@ -627,9 +628,12 @@ const RunSnapshot* MainWindow::snapshot(const std::string& id) const {
 }
 
 void MainWindow::onSnapshots(RunSnapshotsPtr snapshots) {
+  m_rawSnapshots = snapshots;
+  snapshots = markStarting(snapshots);
   m_snapshots = snapshots;
   const std::string selected = selectedRun();
   m_model->setSnapshots(snapshots);
+  fitColumns();
   pushChartRuns();
   m_compare->setRuns(snapshots);
   m_inspector->setRuns(snapshots);
@@ -637,6 +641,33 @@ void MainWindow::onSnapshots(RunSnapshotsPtr snapshots) {
   updateStatusBar();
   updateActions();
   Q_EMIT snapshotsApplied();
+}
+
+void MainWindow::fitColumns() {
+  // A column is never narrower than what it shows ("finished (damaged)", a date, "1 h 05 min"):
+  // widened when its text grows, never narrowed under the user's hand. The name column keeps the
+  // width the user gave it (the full path is its tooltip).
+  for (int c = RunTableModel::State; c < RunTableModel::ColumnCount; ++c) {
+    if (m_table->isColumnHidden(c)) continue;
+    const int wanted = std::max(static_cast<QAbstractItemView*>(m_table)->sizeHintForColumn(c),
+                                m_table->horizontalHeader()->sectionSizeHint(c));
+    if (wanted > m_table->columnWidth(c)) m_table->setColumnWidth(c, wanted);
+  }
+}
+
+RunSnapshotsPtr MainWindow::markStarting(RunSnapshotsPtr snapshots) const {
+  // status.json says "queued" until the run's process has loaded and says "running"; a process
+  // this window started in the meantime is "starting" in every view (not a state of status.json).
+  if (!snapshots) return snapshots;
+  auto isStarting = [&](const RunSnapshot& r) {
+    return r.state() == RunState::Queued && m_queue->isRunning(q(r.id));
+  };
+  if (std::none_of(snapshots->begin(), snapshots->end(),
+                   [&](const RunSnapshot& r) { return isStarting(r) != r.starting; }))
+    return snapshots;
+  auto marked = std::make_shared<RunSnapshots>(*snapshots);  // curves are shared, not copied
+  for (RunSnapshot& r : *marked) r.starting = isStarting(r);
+  return marked;
 }
 
 void MainWindow::pushChartRuns() {
@@ -675,11 +706,18 @@ void MainWindow::onSelectionChanged() {
 }
 
 void MainWindow::updateStatusBar() {
-  int running = 0, queued = 0;
+  int running = 0, queued = 0, starting = 0;
   if (m_snapshots)
-    for (const auto& r : *m_snapshots)
-      running += r.state() == RunState::Running, queued += r.state() == RunState::Queued;
-  m_pollInfo->setText(QStringLiteral("%1 running, %2 queued").arg(running).arg(queued));
+    for (const auto& r : *m_snapshots) {
+      running += r.state() == RunState::Running;
+      (r.starting ? starting : queued) += r.state() == RunState::Queued;
+    }
+  m_pollInfo->setText(starting > 0
+                          ? QStringLiteral("%1 running, %2 starting, %3 queued")
+                                .arg(running)
+                                .arg(starting)
+                                .arg(queued)
+                          : QStringLiteral("%1 running, %2 queued").arg(running).arg(queued));
   const RunSnapshot* r = snapshot(selectedRun());
   if (!r) {
     m_progress->setText(QStringLiteral("Select a run to see its progress."));
@@ -687,7 +725,7 @@ void MainWindow::updateStatusBar() {
   }
   const RunSummary& s = r->summary;
   QStringList parts;
-  parts << QStringLiteral("%1: %2").arg(q(r->name), QString::fromLatin1(toString(r->state())));
+  parts << QStringLiteral("%1: %2").arg(q(r->name), QString::fromStdString(stateLabel(*r)));
   if (s.maxSteps > 0) parts << QStringLiteral("step %1/%2").arg(s.step).arg(s.maxSteps);
   if (std::isfinite(s.lastTrainLoss))
     parts << QStringLiteral("loss %1").arg(s.lastTrainLoss, 0, 'g', 4);
@@ -762,6 +800,7 @@ void MainWindow::runsContextMenu(const QPoint& pos) {
 
 void MainWindow::newRun(const run::RunConfig* prefill, const QString& file) {
   NewRunDialog dialog(this);
+  dialog.setDryRunProgram(m_queue->program());
   if (prefill) dialog.setConfig(*prefill);
   QString error;
   if (!file.isEmpty() && !dialog.openFile(file, &error)) {
@@ -875,15 +914,7 @@ QStringList MainWindow::compareFormats(const std::string& runOrModel) {
 bool MainWindow::stopRun(const std::string& id) {
   if (id.empty()) return false;
   if (m_queue->contains(q(id))) {
-    const bool queued = !m_queue->isRunning(q(id));
-    m_queue->stop(q(id));
-    if (queued) {
-      try {
-        run::writeRunStatus(id, RunState::Cancelled, 0, 0, "taken off the queue before it started");
-      } catch (const std::exception& e) {
-        showMessage(QString::fromUtf8(e.what()));
-      }
-    }
+    m_queue->stop(q(id));  // a queued one ends at once: onJobFinished writes its status
     Q_EMIT requestPoll();
     return true;
   }
@@ -950,6 +981,21 @@ bool MainWindow::deleteRun(const std::string& id, bool confirmed) {
 }
 
 void MainWindow::onJobFinished(const QString& id, JobState state, const QString& message) {
+  // A run that ended before its process wrote a state (its configuration refused, the program
+  // missing, taken off the queue, the window closing) would read "queued" for ever: the
+  // workbench wrote that, so it writes the end too.
+  if (state != JobState::Finished && state != JobState::Running &&
+      run::readRunState(id.toStdString()) == RunState::Queued) {
+    try {
+      run::writeRunStatus(id.toStdString(),
+                          state == JobState::Cancelled ? RunState::Cancelled
+                          : state == JobState::Crashed ? RunState::Crashed
+                                                       : RunState::Failed,
+                          0, 0, message.toStdString());
+    } catch (const std::exception& e) {
+      showMessage(QString::fromUtf8(e.what()));
+    }
+  }
   if (state == JobState::Failed || state == JobState::Crashed)
     showMessage(QStringLiteral("%1 %2: %3")
                     .arg(QFileInfo(id).fileName(), QString::fromLatin1(toString(state)), message));

@@ -7,18 +7,25 @@
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QProcess>
 #include <QPushButton>
 #include <QSaveFile>
 #include <QScreen>
+#include <QTemporaryDir>
+#include <QThread>
 #include <QTimer>
 #include <QVBoxLayout>
 
 #include <algorithm>
 #include <exception>
+#include <memory>
+#include <optional>
 
 #include "fp4lab/error.h"
 #include "fp4lab/run/config_keys.h"
+#include "fp4lab/run/input_check.h"
 #include "fp4lab/widgets/config_form.h"
+#include "fp4lab/widgets/run_queue.h"
 
 namespace fp4lab::widgets {
 
@@ -118,6 +125,14 @@ NewRunDialog::NewRunDialog(QWidget* parent) : QDialog(parent) {
   validateNow();
 }
 
+NewRunDialog::~NewRunDialog() {
+  if (m_dryRun) {
+    m_dryRun->disconnect(this);
+    m_dryRun->kill();
+    m_dryRun->waitForFinished(2000);
+  }
+}
+
 std::vector<std::string> NewRunDialog::overrides() const {
   std::vector<std::string> out;
   for (const auto& key : m_form->keys()) {
@@ -168,7 +183,24 @@ void NewRunDialog::showMessage(const QString& text, bool isError) {
 
 void NewRunDialog::setValid(bool valid) {
   m_valid = valid;
-  m_queue->setEnabled(valid);
+  m_queue->setEnabled(valid && !m_checking && !m_dryRun);
+}
+
+void NewRunDialog::showProblem(const std::string& where, const std::string& problem,
+                               const std::string& hint) {
+  m_errorKey = keyNamedBy(where, problem);
+  const run::ConfigKey* key = m_form->key(m_errorKey);
+  // Under the field: what is wrong, and what to do unless that is just the key's help (which its
+  // tooltip shows).
+  QString inField = qs(problem);
+  if (!hint.empty() && !(key && key->help == hint)) inField += "\n" + qs(hint);
+  m_errorText = qs(problem) + (hint.empty() ? QString() : " (" + qs(hint) + ")");
+  if (!m_errorKey.isEmpty() && where == m_errorKey.toStdString())
+    m_errorText = m_errorKey + ": " + m_errorText;
+  if (key) {
+    m_form->setError(m_errorKey, inField);
+    m_form->ensureKeyVisible(m_errorKey);
+  }
 }
 
 void NewRunDialog::validateNow() {
@@ -176,26 +208,119 @@ void NewRunDialog::validateNow() {
   m_form->clearErrors();
   m_errorKey.clear();
   m_errorText.clear();
+  ++m_generation;
+  m_checking = false;
+  std::optional<run::RunConfig> c;
   try {
-    (void)config();
+    c = config();
   } catch (const Error& e) {
-    m_errorKey = keyNamedBy(e.where(), e.problem());
-    const run::ConfigKey* key = m_form->key(m_errorKey);
-    // Under the field: what is wrong, and what to do unless that is just the key's help (which
-    // its tooltip shows).
-    QString inField = qs(e.problem());
-    if (!e.hint().empty() && !(key && key->help == e.hint())) inField += "\n" + qs(e.hint());
-    m_errorText = qs(e.problem()) + (e.hint().empty() ? QString() : " (" + qs(e.hint()) + ")");
-    if (key) m_form->setError(m_errorKey, inField);
+    showProblem(e.where(), e.problem(), e.hint());
   } catch (const std::exception& e) {
     m_errorText = qs(e.what());
   }
-  if (m_errorText.isEmpty())
-    showMessage(m_status, false);
-  else
+  // The folders and files it names, off this thread (only when there is something on disk).
+  if (c && m_errorText.isEmpty() && run::hasInputsOnDisk(*c)) startInputCheck(*c);
+  finishValidation();
+}
+
+void NewRunDialog::finishValidation() {
+  if (!m_errorText.isEmpty())
     showMessage(m_errorText, true);
+  else if (m_checking)
+    showMessage(tr("Checking the model folders and data files…"), false);
+  else
+    showMessage(m_status, false);
   setValid(m_errorText.isEmpty());
-  Q_EMIT validated(m_valid);
+  if (!m_checking) Q_EMIT validated(m_valid);
+}
+
+void NewRunDialog::startInputCheck(const run::RunConfig& config) {
+  m_checking = true;
+  auto problem = std::make_shared<std::optional<Error>>();
+  QThread* thread = QThread::create([config, problem] {
+    try {
+      run::checkInputs(config);
+    } catch (const Error& e) {
+      *problem = e;
+    } catch (const std::exception& e) {
+      *problem = Error(e.what());
+    }
+  });
+  const quint64 generation = m_generation;
+  // The thread object is not the dialog's child: a dialog closed mid-check leaves it to finish
+  // and delete itself; its result then goes nowhere.
+  connect(thread, &QThread::finished, thread, &QObject::deleteLater);
+  connect(thread, &QThread::finished, this, [this, problem, generation] {
+    if (generation != m_generation) return;  // the form changed since: a newer check runs
+    m_checking = false;
+    if (*problem) showProblem((*problem)->where(), (*problem)->problem(), (*problem)->hint());
+    finishValidation();
+  });
+  thread->start();
+}
+
+void NewRunDialog::startDryRun() {
+  m_dryRunDir = std::make_unique<QTemporaryDir>();
+  const QString yaml = m_dryRunDir->filePath(QStringLiteral("run.yaml"));
+  QSaveFile file(yaml);
+  if (!m_dryRunDir->isValid() || !file.open(QIODevice::WriteOnly) ||
+      file.write(QByteArray::fromStdString(config().toYaml())) < 0 || !file.commit()) {
+    // Nothing to check it with: the run's own process will say what is wrong.
+    QDialog::accept();
+    return;
+  }
+  m_dryRun = new QProcess(this);
+  m_dryRun->setProgram(m_program);
+  m_dryRun->setArguments({QStringLiteral("train"), QStringLiteral("--config"), yaml,
+                          QStringLiteral("--output-dir"), m_dryRunDir->filePath("run"),
+                          QStringLiteral("--dry-run"), QStringLiteral("--events"),
+                          QStringLiteral("jsonl")});
+  connect(m_dryRun, &QProcess::finished, this, [this](int code, QProcess::ExitStatus status) {
+    dryRunFinished(code, status == QProcess::CrashExit);
+  });
+  connect(m_dryRun, &QProcess::errorOccurred, this, [this](QProcess::ProcessError error) {
+    if (error == QProcess::FailedToStart) dryRunFinished(-1, false);
+  });
+  m_form->setEnabled(false);
+  m_queue->setText(tr("Checking…"));
+  setValid(m_valid);
+  showMessage(tr("Loading the model and data as the run will (fp4lab train --dry-run)…"), false);
+  m_dryRun->start();
+}
+
+void NewRunDialog::dryRunFinished(int exitCode, bool crashed) {
+  if (!m_dryRun) return;
+  QProcess* process = m_dryRun;
+  m_dryRun = nullptr;
+  process->deleteLater();
+  m_form->setEnabled(true);
+  m_queue->setText(tr("&Queue run"));
+  if (exitCode == 0 && !crashed) {
+    QDialog::accept();
+    return;
+  }
+  // The refusal as the run would print it: its failed event, else its last words on stderr.
+  QString message;
+  for (const QByteArray& line : process->readAllStandardOutput().split('\n')) {
+    JobEvent event;
+    if (parseJobEvent(line, &event) && event.kind == QLatin1String("failed"))
+      message = event.message;
+  }
+  if (message.isEmpty()) {
+    const QStringList lines = QString::fromUtf8(process->readAllStandardError())
+                                  .split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    message = lines.isEmpty() ? process->errorString() : lines.back().trimmed();
+  }
+  if (crashed) message = tr("the check crashed: %1").arg(message);
+  m_form->clearErrors();
+  m_errorKey.clear();
+  m_errorText.clear();
+  // The engine's message starts with the key at fault where it knows it ("model.path: ...").
+  showProblem("", message.toStdString(), "");
+  m_errorText = tr("Not queued: %1").arg(m_errorText);
+  finishValidation();
+  if (!m_errorKey.isEmpty())
+    if (QWidget* field = m_form->field(m_errorKey)) field->setFocus(Qt::OtherFocusReason);
 }
 
 void NewRunDialog::onEdited(const QString& name) {
@@ -327,7 +452,19 @@ void NewRunDialog::chooseSaveFile() {
 }
 
 void NewRunDialog::accept() {
+  if (m_dryRun) return;  // one check at a time
   validateNow();
+  if (m_checking) {
+    // Queue pressed before the background check answered: check here, it is quick.
+    m_checking = false;
+    ++m_generation;
+    try {
+      run::checkInputs(config());
+    } catch (const Error& e) {
+      showProblem(e.where(), e.problem(), e.hint());
+    }
+    finishValidation();
+  }
   if (!m_valid) {
     if (!m_errorKey.isEmpty()) {
       m_form->ensureKeyVisible(m_errorKey);
@@ -335,7 +472,11 @@ void NewRunDialog::accept() {
     }
     return;
   }
-  QDialog::accept();
+  if (m_program.isEmpty()) {
+    QDialog::accept();
+    return;
+  }
+  startDryRun();
 }
 
 }  // namespace fp4lab::widgets

@@ -77,17 +77,16 @@ void RunDetails::setRun(const RunSnapshot* run) {
   }
   QString header = QStringLiteral("<b>%1</b> \u2014 %2")
                        .arg(QString::fromStdString(run->name).toHtmlEscaped(),
-                            QString::fromLatin1(toString(run->state())));
+                            QString::fromStdString(stateLabel(*run)));
   const RunSummary& s = run->summary;
   if (s.maxSteps > 0) header += QStringLiteral(", step %1 of %2").arg(s.step).arg(s.maxSteps);
   if (!run->folder.message.empty())
     header += QStringLiteral("<br>") + QString::fromStdString(run->folder.message).toHtmlEscaped();
-  if (!run->logError.empty())
-    header += QStringLiteral("<br><span style='color:#b03000'>log: %1</span>")
-                  .arg(QString::fromStdString(run->logError).toHtmlEscaped());
-  if (!run->folder.configError.empty())
-    header += QStringLiteral("<br><span style='color:#b03000'>run.yaml: %1</span>")
-                  .arg(QString::fromStdString(run->folder.configError).toHtmlEscaped());
+  if (run->damaged())
+    header += QStringLiteral("<br><span style='color:#b03000'>%1</span>")
+                  .arg(QString::fromStdString(damageText(*run))
+                           .toHtmlEscaped()
+                           .replace(QLatin1Char('\n'), QStringLiteral("<br>")));
   if (!run->folder.latestCheckpoint.empty())
     header += QStringLiteral("<br>latest checkpoint: %1")
                   .arg(QString::fromStdString(run->folder.latestCheckpoint).toHtmlEscaped());

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "fp4lab/common/files.h"
@@ -253,6 +254,46 @@ double gapRecovered(const RunSnapshots& runs, std::size_t index, RunReferences o
   if (refs.ptq < 0 || refs.bf16 < 0) return kNaN;
   return gapRecovered(runs[size_t(refs.ptq)].summary.lastValLoss,
                       runs[size_t(refs.bf16)].summary.lastValLoss, runs[index].summary.lastValLoss);
+}
+
+GapText gapRecoveredText(const RunSnapshots& runs, std::size_t index) {
+  GapText out;
+  out.value = gapRecovered(runs, index);
+  if (!std::isfinite(out.value)) return out;
+  const RunSnapshot& r = runs[index];
+  const RunReferences refs = findReferences(runs, index);
+  auto fixed = [](double v, int digits) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.*f", digits, v);
+    return std::string(text);
+  };
+  const std::string raw = fixed(out.value * 100, 1) + "%";
+  if (refs.ptq == int(index) || refs.ptq < 0 || refs.bf16 < 0) {
+    out.text = raw;
+    out.detail = "a PTQ run is where the gap is measured from: 0% by definition";
+    return out;
+  }
+  const double ptq = runs[size_t(refs.ptq)].summary.lastValLoss;
+  const double bf16 = runs[size_t(refs.bf16)].summary.lastValLoss;
+  const double loss = r.summary.lastValLoss;
+  out.detail = "(PTQ " + fixed(ptq, 4) + " - this run " + fixed(loss, 4) + ") / (PTQ " +
+               fixed(ptq, 4) + " - BF16 " + fixed(bf16, 4) + ") = " + raw;
+  const bool onlyStepZero = r.curves && !r.curves->eval.empty() && r.curves->eval.back().step == 0;
+  if (onlyStepZero && r.recipe() != "ptq" && (r.state() == RunState::Running || r.starting)) {
+    out.text = "not yet";
+    out.detail = "only the step-0 evaluation so far (the run starts where PTQ is): " + out.detail;
+  } else if (std::abs(ptq - bf16) < kMinPtqGap) {
+    out.text = "PTQ gap < 0.001";
+    out.detail = "PTQ loses only " + fixed(ptq - bf16, 5) +
+                 " nats against BF16, too little to recover as a percentage: " + out.detail;
+  } else if (out.value > 1) {
+    out.text = "beats BF16";
+    out.detail = "its validation loss is below the BF16 reference's: " + out.detail;
+  } else {
+    out.text = raw;
+    if (out.value < 0) out.detail = "worse than its PTQ run: " + out.detail;
+  }
+  return out;
 }
 
 std::vector<std::vector<std::size_t>> seedGroups(const RunSnapshots& runs) {

@@ -42,6 +42,26 @@ RunSummary summarize(const run::RunFolder& folder, const RunCurves* curves) {
   return s;
 }
 
+std::string stateLabel(const RunSnapshot& r) {
+  std::string label =
+      r.starting && r.state() == RunState::Queued ? "starting" : toString(r.state());
+  if (r.damaged()) label += " (damaged)";
+  return label;
+}
+
+std::string damageText(const RunSnapshot& r) {
+  std::string text;
+  auto add = [&](const char* file, const std::string& why) {
+    if (why.empty()) return;
+    if (!text.empty()) text += "\n";
+    text += std::string(file) + ": " + why;
+  };
+  add("status.json", r.folder.statusError);
+  add("log", r.logError);
+  add("run.yaml", r.folder.configError);
+  return text;
+}
+
 std::string formatLabel(const run::RunConfig& c) {
   if (c.quantFormat == "none" || c.quantFormat.empty()) return "BF16";
   std::string label = c.quantFormat == "mxfp4"   ? "MXFP4"

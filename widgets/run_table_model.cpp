@@ -217,16 +217,17 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const {
   if (role == Qt::ForegroundRole && column == State) return stateColour(r.state());
   if (role == Qt::ToolTipRole) {
     if (column == State) {
-      QString tip = QString::fromLatin1(toString(r.state()));
-      if (!r.folder.message.empty())
+      QString tip = QString::fromStdString(stateLabel(r));
+      if (r.starting && r.state() == RunState::Queued)
+        tip += QStringLiteral(": its process started and is loading");
+      else if (!r.folder.message.empty())
         tip += QStringLiteral(": ") + QString::fromStdString(r.folder.message);
-      if (!r.logError.empty())
-        tip += QStringLiteral("\nlog: ") + QString::fromStdString(r.logError);
-      if (!r.folder.configError.empty())
-        tip += QStringLiteral("\nrun.yaml: ") + QString::fromStdString(r.folder.configError);
+      if (r.damaged()) tip += QLatin1Char('\n') + QString::fromStdString(damageText(r));
       return tip;
     }
     if (column == From) return QString::fromStdString(r.folder.config.modelPath);
+    if (column == GapRecovered)
+      return QString::fromStdString(gapRecoveredText(snapshots(), size_t(index.row())).detail);
     if (column == Name) return QString::fromStdString(r.id);
     return {};
   }
@@ -268,13 +269,8 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const {
   switch (column) {
     case Name:
       return QString::fromStdString(r.name);
-    case State: {
-      QString text = QString::fromLatin1(toString(r.state()));
-      if (r.state() == RunState::Unknown) text = QStringLiteral("unknown");
-      if (!r.logError.empty() || !r.folder.configError.empty())
-        text += QStringLiteral(" (damaged)");
-      return text;
-    }
+    case State:
+      return QString::fromStdString(stateLabel(r));
     case Recipe:
       return hasConfig ? QString::fromStdString(r.folder.config.recipe) : QString();
     case Format:
@@ -299,7 +295,7 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const {
       return parts.join(QStringLiteral(", "));
     }
     case GapRecovered:
-      return std::isfinite(gap) ? QStringLiteral("%1%").arg(gap * 100, 0, 'f', 1) : QString();
+      return QString::fromStdString(gapRecoveredText(snapshots(), size_t(index.row())).text);
     case Started: {
       const QDateTime t = QDateTime::fromString(QString::fromStdString(s.createdUtc), Qt::ISODate);
       return t.isValid() ? t.toLocalTime().toString(QStringLiteral("yyyy-MM-dd HH:mm")) : QString();

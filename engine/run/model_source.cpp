@@ -28,6 +28,7 @@
 #include "fp4lab/io/safetensors.h"
 #include "fp4lab/kernels/fp4.h"
 #include "fp4lab/error.h"
+#include "fp4lab/run/input_check.h"
 #include "fp4lab/run/runner.h"
 #include "fp4lab_build_config.h"
 #include "model/config.h"
@@ -88,25 +89,6 @@ std::unique_ptr<data::Tokenizer> tokenizerFrom(
   throw Error("no tokenizer.json in the model folder, and " + why + " needs one", source,
               "copy the model's tokenizer.json next to its config.json (pre-tokenized "
               "{\"input_ids\": [...]} rows need none)");
-}
-
-// What a Hugging Face model folder must hold, checked before anything is parsed.
-void checkModelFolder(const fs::path& dir) {
-  if (!fs::exists(dir))
-    throw Error("model folder does not exist", dir.string(),
-                "pass a Hugging Face folder (config.json + model.safetensors), or builtin:tiny");
-  if (!fs::is_directory(dir))
-    throw Error("not a folder", dir.string(),
-                "pass the model's folder (config.json + model.safetensors), not a file in it");
-  std::vector<std::string> missing;
-  if (!fs::exists(dir / "config.json")) missing.push_back("config.json");
-  if (!fs::exists(dir / "model.safetensors") && !fs::exists(dir / "model.safetensors.index.json"))
-    missing.push_back("model.safetensors (or model.safetensors.index.json with its shards)");
-  if (missing.empty()) return;
-  std::string list;
-  for (const auto& m : missing) list += (list.empty() ? "" : " and ") + m;
-  throw Error("not a model folder: no " + list, dir.string(),
-              "a Hugging Face model folder holds config.json and model.safetensors");
 }
 
 // ---- Export folders: what `fp4lab export` writes, decoded on load ------------------------------

@@ -48,7 +48,13 @@ RunFolder readRunFolder(const std::string& dir) {
   std::ifstream in(files::join(dir, "status.json"));
   if (in) {
     const nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
-    if (s.is_object() && s.contains("state") && s["state"].is_string()) {
+    if (s.is_discarded() || !s.is_object())
+      f.statusError = "not a JSON object (damaged, or written by another program)";
+    else if (!s.contains("state") || !s["state"].is_string())
+      f.statusError = "no \"state\" text in it";
+    else if (parseRunState(s["state"].get<std::string>()) == RunState::Unknown)
+      f.statusError = "an unknown state '" + s["state"].get<std::string>() + "'";
+    if (f.statusError.empty()) {
       f.state = parseRunState(s["state"].get<std::string>());
       auto integer = [&](const char* key) {
         return s.contains(key) && s[key].is_number_integer() ? s[key].get<int64_t>() : 0;
@@ -73,6 +79,14 @@ RunFolder readRunFolder(const std::string& dir) {
       if (f.state == RunState::Running &&
           (!isAlive(writer) || (!identified && f.pid == int(::getpid()))))
         f.state = RunState::Crashed;
+      // The workbench writes "queued" and starts the run later; when that workbench is gone
+      // (closed by kill -9, or a machine that rebooted), nothing will start it.
+      if (f.state == RunState::Queued && identified && !isAlive(writer)) {
+        f.state = RunState::Cancelled;
+        f.message =
+            "never started: the workbench that queued it closed (Duplicate as new run "
+            "to run it)";
+      }
     }
   }
   const std::string yaml = files::join(dir, "run.yaml");

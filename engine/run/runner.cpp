@@ -1,6 +1,7 @@
 // The Runner: one run folder end to end. Resolves the model and data, writes run.yaml and
 // status.json, feeds the HDF5 log and the JSON events from the training loop's reports.
 #include "fp4lab/run/runner.h"
+#include "fp4lab/run/input_check.h"
 
 #include <sched.h>
 #include <signal.h>
@@ -432,6 +433,10 @@ RunResult executeRun(const RunConfig& config, const RunOptions& options) {
   } else if (fs::exists(runDir / "log.h5")) {
     throw Error("the run folder already holds a run", runDir.string(),
                 "choose another --output-dir, or resume it with --resume-from-checkpoint latest");
+  } else {
+    // Folders and files that are not there, named by their key (the workbench puts the message
+    // under that field), before anything loads.
+    checkInputs(config);
   }
 
   // Everything that can fail on bad input happens before the run folder is touched.

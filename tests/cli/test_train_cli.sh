@@ -119,6 +119,13 @@ expect_error "did you mean 'optim.lr'" "$BIN" train optim.lrr=1 --output-dir "$T
 expect_error "'train.max_steps' must be an integer, not 'ten'" "$BIN" train train.max_steps=ten --output-dir "$T/bad2"
 expect_error "already holds a run" "$BIN" train "${COMMON[@]}" --output-dir "$T/run"
 expect_error "does not exist" "$BIN" train model.path=/nonexistent --output-dir "$T/bad3"
+# Missing inputs are refused by the key that names them, before the run folder is touched (the
+# workbench puts the message under that field).
+expect_error "model.path: model folder does not exist: /nonexistent" "$BIN" train model.path=/nonexistent --output-dir "$T/bad3b" --dry-run
+[ ! -e "$T/bad3b" ] || fail "a refused run left a folder behind"
+mkdir -p "$T/halfmodel" && echo '{"hidden' > "$T/halfmodel/config.json" && : > "$T/halfmodel/model.safetensors"
+expect_error "config.json is not a JSON object" "$BIN" train "${COMMON[@]}" recipe.name=qad quant.format=nvfp4 recipe.teacher="$T/halfmodel" --output-dir "$T/bad3c"
+expect_error "data.validation: data file does not exist: $T/missing.jsonl" "$BIN" train "${COMMON[@]}" data.validation="$T/missing.jsonl" --output-dir "$T/bad3d"
 printf '{"messages": [{"role": "user"}]}\n' > "$T/bad.jsonl"
 expect_error "bad.jsonl:1" "$BIN" train "${COMMON[@]}" data.train="$T/bad.jsonl" --output-dir "$T/bad4"
 expect_error "no run to resume: the folder does not exist" "$BIN" train --output-dir "$T/none" --resume-from-checkpoint latest

@@ -248,6 +248,46 @@ TEST_CASE("gapRecovered follows (PTQ - X) / (PTQ - BF16)", "[compare]") {
   CHECK(std::isnan(gapRecovered(missing, at("qat-mxfp4"))));
 }
 
+TEST_CASE("gap recovered reads in words where a percentage would mislead", "[compare]") {
+  RunSnapshots runs = family();
+  const auto at = [&](const std::string& name) { return size_t(indexOf(runs, name)); };
+  // An ordinary figure: the percentage, with the losses in the detail.
+  GapText t = gapRecoveredText(runs, at("qat-mxfp4"));
+  CHECK(t.text == "40.0%");
+  CHECK(t.detail.find("PTQ 2.0000") != std::string::npos);
+  CHECK(t.detail.find("BF16 1.5000") != std::string::npos);
+  // Below the BF16 reference: over 100% means it beats BF16.
+  runs[at("qat-mxfp4")].summary.lastValLoss = 1.2;
+  t = gapRecoveredText(runs, at("qat-mxfp4"));
+  CHECK(t.text == "beats BF16");
+  CHECK(t.detail.find("160.0%") != std::string::npos);
+  // Worse than PTQ: a negative percentage that says so.
+  runs[at("qat-mxfp4")].summary.lastValLoss = 2.25;
+  t = gapRecoveredText(runs, at("qat-mxfp4"));
+  CHECK(t.text == "-50.0%");
+  CHECK(t.detail.find("worse than its PTQ run") != std::string::npos);
+  // A PTQ gap too small to recover as a percentage.
+  runs[at("ptq-mxfp4")].summary.lastValLoss = 1.5004;
+  runs[at("qat-mxfp4")].summary.lastValLoss = 1.5010;
+  t = gapRecoveredText(runs, at("qat-mxfp4"));
+  CHECK(t.text == "PTQ gap < 0.001");
+  CHECK(t.detail.find("-150.0%") != std::string::npos);
+  // A running run with only its step-0 evaluation: not yet.
+  runs = family();
+  auto curves = std::make_shared<RunCurves>();
+  fp4lab::log::EvalRow row;
+  row.step = 0;
+  row.values = {2.0};
+  curves->evalColumns = {"val_loss"};
+  curves->eval.push_back(row);
+  runs[at("qat-mxfp4")].curves = curves;
+  runs[at("qat-mxfp4")].folder.state = fp4lab::RunState::Running;
+  runs[at("qat-mxfp4")].summary.lastValLoss = 2.0;
+  CHECK(gapRecoveredText(runs, at("qat-mxfp4")).text == "not yet");
+  // No references: nothing.
+  CHECK(gapRecoveredText(runs, at("sft")).text.empty());
+}
+
 TEST_CASE("seedGroups groups runs that differ only by seed", "[compare]") {
   const std::vector<std::string> qat = {"recipe.name=qat", "quant.format=mxfp4",
                                         model("sft/model")};

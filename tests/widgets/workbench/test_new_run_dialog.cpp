@@ -5,6 +5,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QLabel>
@@ -17,6 +18,8 @@
 #include <QTextDocumentFragment>
 #include <QToolButton>
 
+#include <cstdlib>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -25,6 +28,7 @@
 #include "fp4lab/run/run_config.h"
 #include "fp4lab/widgets/config_form.h"
 #include "fp4lab/widgets/new_run_dialog.h"
+#include "workbench_fixtures.h"
 
 using fp4lab::run::ConfigKey;
 using fp4lab::run::KeyType;
@@ -588,4 +592,107 @@ TEST_CASE("screenshots of the New run dialog", "[.screenshot][new-run-dialog]") 
   d.resize(640, 480);
   QTest::qWait(200);
   REQUIRE(d.grab().save("/tmp/newrun-small.png"));
+}
+
+TEST_CASE("a model folder or data file that is not there disables Queue as you type",
+          "[new-run-dialog]") {
+  QTemporaryDir dir;
+  REQUIRE(dir.isValid());
+  NewRunDialog d;
+  d.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&d));
+  QPushButton* queue = button(d, "queue run");
+  const QString model = dir.filePath(QStringLiteral("model"));
+  // typeInto waits for `validated`, which comes after the check on disk.
+  typeInto(d, "model.path", model);
+  CHECK_FALSE(d.isCheckingInputs());
+  CHECK_FALSE(d.isValid());
+  CHECK_FALSE(queue->isEnabled());
+  CHECK(d.errorKey() == "model.path");
+  CHECK(errorLabelOf(d, "model.path")->isVisibleTo(&d));
+  CHECK(errorLabelOf(d, "model.path")->text().contains("model folder does not exist"));
+  CHECK(d.errorText().contains(model));
+  d.accept();
+  CHECK(d.result() != QDialog::Accepted);
+
+  // A folder whose config.json is damaged.
+  REQUIRE(QDir().mkpath(model));
+  writeAll(model + "/config.json", "{\"hidden_size\": ");
+  writeAll(model + "/model.safetensors", "");
+  typeInto(d, "model.path", model + "/");
+  CHECK(d.errorKey() == "model.path");
+  CHECK(d.errorText().contains("config.json is not a JSON object"));
+  writeAll(model + "/config.json", "{\"hidden_size\": 64}");
+  typeInto(d, "model.path", model);
+  CHECK(d.isValid());
+  CHECK(queue->isEnabled());
+
+  // Data files: a missing one, then one that is there.
+  typeInto(d, "data.train", dir.filePath(QStringLiteral("train.jsonl")));
+  CHECK(d.errorKey() == "data.train");
+  CHECK(errorLabelOf(d, "data.train")->text().contains("data file does not exist"));
+  CHECK_FALSE(queue->isEnabled());
+  writeAll(dir.filePath(QStringLiteral("train.jsonl")), "{\"text\": \"hi\"}\n");
+  typeInto(d, "data.train", dir.filePath(QStringLiteral("train.jsonl")));
+  CHECK(d.isValid());
+  CHECK(queue->isEnabled());
+}
+
+TEST_CASE("Queue runs train --dry-run first and queues only what passes", "[new-run-dialog]") {
+  QTemporaryDir dir;
+  REQUIRE(dir.isValid());
+  // A stand-in for fp4lab: refuses the way train does (its failed event names the key).
+  const QString refuse = dir.filePath(QStringLiteral("refuse.sh"));
+  writeAll(refuse,
+           "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/args\"\n"
+           "echo '{\"event\":\"failed\",\"message\":\"data.seq_len: longer than the model "
+           "allows\"}'\nexit 2\n");
+  QFile::setPermissions(refuse, QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+  NewRunDialog d;
+  d.setDryRunProgram(refuse);
+  d.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&d));
+  d.accept();
+  CHECK(d.isDryRunning());
+  CHECK_FALSE(button(d, "queue run")->isEnabled());  // one check at a time
+  REQUIRE(fp4lab::testing::waitFor([&] { return !d.isDryRunning(); }));
+  CHECK(d.result() != QDialog::Accepted);
+  CHECK(d.isVisible());
+  CHECK(d.errorKey() == "data.seq_len");
+  CHECK(errorLabelOf(d, "data.seq_len")->text().contains("longer than the model allows"));
+  CHECK(d.errorText().startsWith("Not queued"));
+  CHECK(button(d, "queue run")->text() == "&Queue run");
+  const QString args = QString::fromUtf8(readAll(dir.filePath(QStringLiteral("args"))));
+  CHECK(args.contains("train --config"));
+  CHECK(args.contains("--dry-run"));
+
+  // One that passes: accepted.
+  const QString pass = dir.filePath(QStringLiteral("pass.sh"));
+  writeAll(pass, "#!/bin/sh\nexit 0\n");
+  QFile::setPermissions(pass, QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+  d.setDryRunProgram(pass);
+  d.accept();
+  REQUIRE(fp4lab::testing::waitFor([&] { return !d.isDryRunning(); }));
+  CHECK(d.result() == QDialog::Accepted);
+}
+
+TEST_CASE("the real train --dry-run refuses what only a full load finds", "[new-run-dialog]") {
+  const char* bin = std::getenv("FP4LAB_BIN");
+  REQUIRE(bin);  // CTest sets it to the fp4lab executable
+  QTemporaryDir dir;
+  REQUIRE(dir.isValid());
+  // A data file that opens but whose first row is not an example.
+  const QString data = dir.filePath(QStringLiteral("bad.jsonl"));
+  writeAll(data, "{\"messages\": [{\"role\": \"user\"}]}\n");
+  NewRunDialog d;
+  d.setDryRunProgram(QString::fromUtf8(bin));
+  d.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&d));
+  typeInto(d, "data.train", data);
+  REQUIRE(d.isValid());  // the quick check passes: the file is there
+  d.accept();
+  REQUIRE(fp4lab::testing::waitFor([&] { return !d.isDryRunning(); }, 120000));
+  CHECK(d.result() != QDialog::Accepted);
+  INFO(d.errorText().toStdString());
+  CHECK(d.errorText().contains("bad.jsonl:1"));
 }

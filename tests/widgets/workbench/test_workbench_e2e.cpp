@@ -17,11 +17,15 @@
 #include <QScrollBar>
 #include <QTabBar>
 #include <QHeaderView>
+#include <QLabel>
 #include <QScreen>
 #include <QSettings>
 #include <QTableView>
 
+#include <sys/stat.h>
+
 #include <cstdlib>
+#include <fstream>
 
 #include "fp4lab/widgets/charts_page.h"
 #include "fp4lab/widgets/compare_view.h"
@@ -141,6 +145,88 @@ TEST_CASE(
   CHECK(waitFor([&] { return w.queue()->activeIds().isEmpty(); }, 30000));
   CHECK(w.queue()->state(first) == JobState::Finished);
   w.close();
+}
+
+TEST_CASE("a launch that fails reads failed, with its message, in every view and status.json",
+          "[workbench][launch]") {
+  const char* bin = std::getenv("FP4LAB_BIN");
+  REQUIRE(bin);  // CTest sets it to the fp4lab executable
+  TempDir tmp;
+  // A stand-in for the fp4lab program that loads for a second, then refuses as train does.
+  const std::string fake = tmp.file("slow-refusal.sh");
+  std::ofstream(fake)
+      << "#!/bin/sh\nsleep 1\n"
+         "echo '{\"event\":\"failed\",\"message\":\"model.path: no such folder\"}'\n"
+         "echo 'error: model.path: no such folder' >&2\nexit 2\n";
+  REQUIRE(::chmod(fake.c_str(), 0755) == 0);
+  WorkbenchOptions options = idleWindowOptions(tmp);
+  options.program = QString::fromStdString(fake);
+  options.pollMs = 100;
+  MainWindow w(options);
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  run::RunConfig c = tinyRun("doomed", 10);
+  c.modelPath = tmp.file("no-such-model");
+  const QString dir = w.launch(c);
+  REQUIRE_FALSE(dir.isEmpty());
+  REQUIRE(waitFor([&] { return findRun(w, dir) != nullptr; }));
+  w.selectRun(dir.toStdString());
+  auto* status = w.findChild<QLabel*>(QStringLiteral("queue summary"));
+  REQUIRE(status);
+  // While its process loads, status.json still says queued; the window says starting.
+  REQUIRE(waitFor([&] {
+    const RunSnapshot* r = findRun(w, dir);
+    return r && r->starting;
+  }));
+  const int row = w.runsModel()->rowOf(dir.toStdString());
+  CHECK(w.runsModel()->index(row, RunTableModel::State).data().toString() == "starting");
+  CHECK(status->text().contains(QLatin1String("1 starting, 0 queued")));
+  CHECK(w.details()->stateText().contains(QLatin1String("starting")));
+  CHECK(run::readRunState(dir.toStdString()) == RunState::Queued);
+  // Then it fails: failed everywhere, with the message, and nothing left "queued".
+  REQUIRE(waitFor([&] { return stateOf(w, dir) == RunState::Failed; }, 10000));
+  const run::RunFolder folder = run::readRunFolder(dir.toStdString());
+  CHECK(folder.state == RunState::Failed);
+  CHECK(folder.message.find("no such folder") != std::string::npos);
+  const QModelIndex state =
+      w.runsModel()->index(w.runsModel()->rowOf(dir.toStdString()), RunTableModel::State);
+  CHECK(state.data().toString() == "failed");
+  CHECK(state.data(Qt::ToolTipRole).toString().contains(QLatin1String("no such folder")));
+  CHECK(w.details()->stateText().contains(QLatin1String("no such folder")));
+  CHECK(status->text().contains(QLatin1String("0 running, 0 queued")));
+  w.close();
+
+  // The real program, refusing a model folder that does not exist: the same end.
+  options.program = QString::fromUtf8(bin);
+  MainWindow real(options);
+  const QString second = real.launch(c);
+  REQUIRE_FALSE(second.isEmpty());
+  REQUIRE(waitFor([&] { return stateOf(real, second) == RunState::Failed; }, 60000));
+  CHECK(run::readRunFolder(second.toStdString()).message.find("no-such-model") !=
+        std::string::npos);
+}
+
+TEST_CASE("a damaged status.json reads (damaged) with the reason; queued outlives no workbench",
+          "[workbench][launch]") {
+  TempDir tmp;
+  const std::string runs = tmp.file("runs");
+  testing::SyntheticRun damaged;
+  damaged.dir = files::join(runs, "damaged");
+  testing::writeRun(damaged);
+  std::ofstream(files::join(damaged.dir, "status.json")) << "garbage";
+  MainWindow w(idleWindowOptions(tmp));
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  REQUIRE(waitFor([&] { return findRun(w, QString::fromStdString(damaged.dir)) != nullptr; }));
+  const QModelIndex state =
+      w.runsModel()->index(w.runsModel()->rowOf(damaged.dir), RunTableModel::State);
+  CHECK(state.data().toString() == "unknown (damaged)");
+  CHECK(state.data(Qt::ToolTipRole).toString().contains(QLatin1String("status.json: not a JSON")));
+  // The column is wide enough for what it says.
+  auto* table = w.findChild<QTableView*>(QStringLiteral("runs table"));
+  REQUIRE(table);
+  CHECK(table->columnWidth(RunTableModel::State) >=
+        table->fontMetrics().horizontalAdvance(state.data().toString()));
 }
 
 TEST_CASE("layout: saved and restored; another version's state is not half-restored", "[.layout]") {

@@ -14,7 +14,10 @@ namespace fp4lab::run {
 
 struct RunFolder {
   std::string dir;
-  RunState state = RunState::Unknown;  // Unknown: no (readable) status.json
+  // Unknown: no status.json, or one that cannot be read (statusError says why). "queued" whose
+  // writer (the workbench that queued it) is gone reads as Cancelled: it never started.
+  RunState state = RunState::Unknown;
+  std::string statusError;  // why status.json could not be read ("not a JSON object"), if so
   int pid = 0;
   int64_t step = 0, maxSteps = 0;
   std::string message, updatedUtc;

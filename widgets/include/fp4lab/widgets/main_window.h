@@ -126,6 +126,8 @@ class MainWindow : public QMainWindow {
   void runsContextMenu(const QPoint& pos);
   void openReport(const QString& experimentDir);
   void pushChartRuns();
+  RunSnapshotsPtr markStarting(RunSnapshotsPtr snapshots) const;
+  void fitColumns();
   const RunSnapshot* snapshot(const std::string& id) const;
 
   WorkbenchOptions m_options;
@@ -133,7 +135,8 @@ class MainWindow : public QMainWindow {
   QThread* m_thread = nullptr;
   LogPollWorker* m_worker = nullptr;
   RunQueue* m_queue = nullptr;
-  RunSnapshotsPtr m_snapshots;
+  RunSnapshotsPtr m_snapshots;     // as shown: with "starting" marked
+  RunSnapshotsPtr m_rawSnapshots;  // as the worker published them
   RunTableModel* m_model = nullptr;
   RunFilterProxy* m_proxy = nullptr;
   QTableView* m_table = nullptr;

@@ -39,6 +39,19 @@ double gapRecovered(double ptqLoss, double bf16Loss, double loss);
 // recovers 0 by definition; NaN when a reference is missing.
 double gapRecovered(const RunSnapshots& runs, std::size_t index, RunReferences overrides = {});
 
+// The gap recovered as the runs table and Compare show it: "42.0%", or in words where a
+// percentage would mislead: "beats BF16" (the run's loss is below the BF16 reference's: the raw
+// figure is over 100%), "PTQ gap < 0.001" (PTQ loses less than 0.001 nats, so any difference
+// reads as thousands of percent), "not yet" (a run still at its step-0 evaluation). `detail`
+// gives the raw figure and the three losses, for a tooltip. Empty when there is no figure.
+struct GapText {
+  std::string text, detail;
+  double value = 0;  // the raw figure (NaN when none)
+};
+GapText gapRecoveredText(const RunSnapshots& runs, std::size_t index);
+// Below this PTQ gap (nats) the gap recovered is not a meaningful percentage.
+constexpr double kMinPtqGap = 1e-3;
+
 // Groups of runs whose configs differ only by run.seed (and the keys that do not define a run,
 // and run.name / run.output_dir); each group lists indexes into `runs`, the first is the lowest
 // seed. Runs without a readable config form groups of one.

@@ -35,17 +35,26 @@ struct RunSnapshot {
   std::shared_ptr<const RunCurves> curves;  // null until a readable log exists
   std::string logError;  // why the log could not be read ("" when fine or absent)
   RunSummary summary;
-  // Queued by this workbench and not yet started (the folder holds run.yaml and a "queued"
-  // status.json).
-  bool queuedHere = false;
+  // This workbench started its process, which has not yet said "running" (loading LibTorch and
+  // the model takes seconds): status.json still says "queued", the window says "starting".
+  bool starting = false;
 
   RunState state() const { return folder.state; }
+  bool damaged() const {
+    return !logError.empty() || !folder.configError.empty() || !folder.statusError.empty();
+  }
   const std::string& recipe() const { return folder.config.recipe; }
 };
 
 // Published by the worker: every run of every root, sorted by id.
 using RunSnapshots = std::vector<RunSnapshot>;
 using RunSnapshotsPtr = std::shared_ptr<const RunSnapshots>;
+
+// The state as the window shows it: "starting" (see above), "finished (damaged)" (a file of the run
+// cannot be read; damageText says which and why), "unknown" for a folder without status.json.
+std::string stateLabel(const RunSnapshot& run);
+// One line per damaged file ("status.json: ...", "log: ...", "run.yaml: ..."), "" when none.
+std::string damageText(const RunSnapshot& run);
 
 // The summary numbers of a run from its curves (and its folder's status for the step and total).
 RunSummary summarize(const run::RunFolder& folder, const RunCurves* curves);
