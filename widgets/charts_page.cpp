@@ -78,7 +78,14 @@ ChartsPage::ChartsPage(QWidget* parent)
   layout->addWidget(scroll, 1);
 
   addPanel("eval/val_loss", QStringLiteral("Validation loss"), true);
-  addPanel("train/loss", QStringLiteral("Training loss"), true);
+  addPanel("train/ce_loss", QStringLiteral("Training loss"), true)
+      ->setEmptyText(QStringLiteral(
+          "No cross-entropy training loss in the checked runs (PTQ trains no steps; QAD's loss is "
+          "its distillation loss, in its own chart)."));
+  addPanel("train/distill_loss", QStringLiteral("Distillation loss (QAD)"), true)
+      ->setEmptyText(QStringLiteral(
+          "No QAD run is checked. QAD trains on its KL to the teacher (plus recipe.ce_weight x "
+          "cross-entropy): plotted here, apart from the cross-entropies."));
   addPanel("eval/val_kl", QStringLiteral("KL to the reference"), true)
       ->setEmptyText(QStringLiteral(
           "No reference model in the checked runs. QAD measures the KL to its teacher; other "
@@ -158,7 +165,9 @@ void ChartsPage::applySettings() {
     CurveSettings own = s;
     if (m_linearOnly.count(p->series())) own.logY = false;
     // Evaluations are few: smoothing them would only lag the curve.
-    if (p->series().rfind("eval/", 0) == 0) own.smoothing = 0, own.movingAverage = 1;
+    // Nor is the learning rate noisy: smoothed, a schedule would end above where it ends.
+    if (p->series().rfind("eval/", 0) == 0 || p->series() == "train/lr")
+      own.smoothing = 0, own.movingAverage = 1;
     p->setSettings(own);
   }
   Q_EMIT settingsChanged();

@@ -38,7 +38,6 @@ namespace fp4lab::widgets {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int kXTicks = 5;  // x axis ticks before Qt's round numbers adjust them
 
 QList<QPointF> toQPoints(const Points& points) {
   QList<QPointF> out;
@@ -184,8 +183,9 @@ CurvePanel::CurvePanel(const std::string& series, const QString& title,
   chart->legend()->hide();
   // Reserved margins: a wider tick label must not make the plot area jump.
   chart->setMargins(QMargins(4, 4, 12, 4));
-  auto* x = new QValueAxis;
-  x->setLabelFormat(QStringLiteral("%.6g"));
+  // Labels of our own on both axes (Qt's value axis elides "100000" to "1000…" when crowded).
+  auto* x = new QCategoryAxis;
+  x->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
   x->setTitleText(xTitle(m_settings.x));
   x->setGridLineColor(QColor(0xdd, 0xdd, 0xdd));
   chart->addAxis(x, Qt::AlignBottom);
@@ -377,7 +377,7 @@ void CurvePanel::applyFrame(const std::shared_ptr<const CurveFrame>& frame) {
   m_applied = frame->generation;
   clearUpperVectorState();  // when called outside an event (redrawNow)
   QChart* ch = chart();
-  auto* xAxis = qobject_cast<QValueAxis*>(ch->axes(Qt::Horizontal).value(0));
+  auto* xAxis = qobject_cast<QCategoryAxis*>(ch->axes(Qt::Horizontal).value(0));
   auto* yAxis = qobject_cast<QCategoryAxis*>(ch->axes(Qt::Vertical).value(0));
   xAxis->setTitleText(xTitle(frame->settings.x));
   // A zoom asked for after this frame's request keeps its own range (a newer frame follows).
@@ -426,18 +426,30 @@ void CurvePanel::applyFrame(const std::shared_ptr<const CurveFrame>& frame) {
     yLo = std::min(yLo, c->yLo), yHi = std::max(yHi, c->yHi);
   }
   // While following the data, round numbers at the ends; a zoom shows exactly what was chosen.
-  // (Worked out on a detached axis: one range change of the chart's axis, not two.)
-  if (m_zoomed) {
-    xAxis->setTickCount(kXTicks);
-    xAxis->setRange(m_x0, m_x1);
-  } else {
-    // From the same start every frame, so the ticks do not depend on the previous frame's.
-    QValueAxis nice;
-    nice.setTickCount(kXTicks);
-    nice.setRange(m_x0, m_x1);
-    nice.applyNiceNumbers();
-    xAxis->setTickCount(nice.tickCount());
-    xAxis->setRange(nice.min(), nice.max());
+  // Compact labels ("250k", "1.2M"), as many as fit at about 80 px each.
+  {
+    int fit = std::clamp(int(ch->plotArea().width() / 80), 2, 8);
+    double lo = m_x0, hi = m_x1, step = 1;
+    // Steps and tokens are whole numbers: no tick between two of them, no negative ones around
+    // a single point (a PTQ run's one evaluation at step 0).
+    const bool whole = frame->settings.x != XAxis::WallSeconds;
+    if (!(lo < hi)) lo -= 1, hi += 1;
+    if (whole && m_x0 >= 0 && lo < 0) hi -= lo, lo = 0;
+    if (whole) fit = std::max(1, std::min(fit, int(std::floor(hi - lo))));
+    std::vector<std::pair<double, std::string>> labels =
+        detail::linearAxisLabels(lo, hi, fit, &step);
+    if (!m_zoomed) {
+      lo = std::floor(lo / step + 1e-9) * step, hi = std::ceil(hi / step - 1e-9) * step;
+      if (!(lo < hi)) hi = lo + step;
+      labels = detail::linearAxisLabels(lo, hi, fit);
+    }
+    if (lo != m_xLo || hi != m_xHi || fit != m_xLabels) {
+      m_xLo = lo, m_xHi = hi, m_xLabels = fit;
+      for (const QString& label : xAxis->categoriesLabels()) xAxis->remove(label);
+      xAxis->setStartValue(lo);
+      for (const auto& [value, text] : labels) xAxis->append(QString::fromStdString(text), value);
+      xAxis->setRange(lo, hi);
+    }
   }
   const bool logY = frame->settings.logY;
   if (!logY && m_boundLo <= m_boundHi)  // bounded values: the axis spans the bounds
@@ -502,7 +514,9 @@ void CurvePanel::applyFrame(const std::shared_ptr<const CurveFrame>& frame) {
     if (!c->line) c->line = new QLineSeries, addSeries(c->line, true);
     c->line->setName(QString::fromStdString(r->name));
     c->line->setPen(pen);
+    // A lone point (PTQ's one evaluation) is a dot big enough to see.
     c->line->setPointsVisible(r->line.size() == 1);
+    c->line->setMarkerSize(r->line.size() == 1 ? 10 : 5);
     c->line->replace(toQPoints(r->line));
   }
   int points = 0;

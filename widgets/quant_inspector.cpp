@@ -37,6 +37,7 @@
 #include "fp4lab/log/run_log.h"
 #include "fp4lab/widgets/frontier_chart.h"
 #include "fp4lab/widgets/heatmap_widget.h"
+#include "fp4lab/widgets/run_charts.h"
 
 namespace fp4lab::widgets {
 
@@ -873,6 +874,11 @@ void QuantInspector::refreshLayerChart() {
     auto* s = new QLineSeries;
     s->setName(q(r->name));
     s->setPointsVisible(true);
+    // The run's colour in every view (the runs table's square, the curves).
+    QPen pen(runColour(r->name));
+    pen.setWidthF(2.0);
+    s->setPen(pen);
+    s->setColor(pen.color());
     if (r == a)  // a point of run A picks that evaluation's block map
       connect(s, &QLineSeries::clicked, this, [this](const QPointF& point) {
         const RunSnapshot* ra = find(m_idA);

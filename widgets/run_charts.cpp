@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
@@ -496,6 +497,36 @@ Points downsampleLast(const Points& points, int buckets) {
     const bool lastOfBucket =
         i + 1 == points.size() || bucket(points[i + 1].first) != bucket(points[i].first);
     if (lastOfBucket) out.push_back(points[i]);
+  }
+  return out;
+}
+
+std::vector<std::pair<double, std::string>> linearAxisLabels(double lo, double hi, int maxLabels,
+                                                             double* stepOut) {
+  std::vector<std::pair<double, std::string>> out;
+  if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi)) return out;
+  maxLabels = std::max(2, maxLabels);
+  const double span = hi > lo ? hi - lo : std::max(1.0, std::abs(hi));
+  const double rough = span / maxLabels, mag = std::pow(10.0, std::floor(std::log10(rough)));
+  const double m = rough / mag * (1 - 1e-9);  // 2.0000000001 is 2
+  const double step = (m > 5 ? 10 : m > 2 ? 5 : m > 1 ? 2 : 1) * mag;
+  if (stepOut) *stepOut = step;
+  const double largest = std::max(std::abs(lo), std::abs(hi));
+  double unit = 1;
+  const char* suffix = "";
+  for (const auto& [u, s] :
+       {std::pair<double, const char*>{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}})
+    if (largest >= 10 * u || (u > 1e3 && largest >= u)) {
+      unit = u, suffix = s;
+      break;
+    }
+  const int decimals = std::clamp(int(std::ceil(-std::log10(step / unit) - 1e-9)), 0, 9);
+  for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; ++k) {
+    double v = k * step;
+    if (std::abs(v) < step * 1e-9) v = 0;  // no "-0"
+    char text[64];
+    std::snprintf(text, sizeof text, "%.*f%s", decimals, v / unit, v == 0 ? "" : suffix);
+    out.emplace_back(v, text);
   }
   return out;
 }

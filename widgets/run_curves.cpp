@@ -36,7 +36,13 @@ Points RunCurves::series(const std::string& name, XAxis x) const {
   Points points;
   const std::string trainPrefix = "train/", evalPrefix = "eval/";
   if (name.compare(0, trainPrefix.size(), trainPrefix) == 0) {
-    const std::string field = name.substr(trainPrefix.size());
+    std::string field = name.substr(trainPrefix.size());
+    // QAD's training loss is its KL to the teacher (plus recipe.ce_weight x cross-entropy), not
+    // a cross-entropy: the charts plot the two apart, never on one axis.
+    if (field == "ce_loss" || field == "distill_loss") {
+      if ((recipe == "qad") != (field == "distill_loss")) return points;
+      field = "loss";
+    }
     float log::TrainRow::*member = nullptr;
     if (field == "loss") member = &log::TrainRow::loss;
     if (field == "lr") member = &log::TrainRow::lr;

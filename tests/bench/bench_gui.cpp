@@ -494,7 +494,7 @@ int main(int argc, char** argv) {
   const double constructedMs = steadyMs() - t0;
   stalls.setPhase("load");
   CurvePanel* val = w.charts()->panel("eval/val_loss");
-  CurvePanel* train = w.charts()->panel("train/loss");
+  CurvePanel* train = w.charts()->panel("train/ce_loss");
   if (!val || !train) {
     std::fprintf(stderr, "the window has no validation-loss or training-loss panel\n");
     return 1;

@@ -633,6 +633,51 @@ TEST_CASE("curves: NaN rows are left out; EMA, downsampling and log labels", "[w
   CHECK(detail::logAxisLabels(0, 1).empty());
 }
 
+TEST_CASE("linear axis labels are compact, whole and never need eliding", "[widgets][charts]") {
+  using Labels = std::vector<std::pair<double, std::string>>;
+  // Tokens: one unit for the axis, digits only where the step needs them.
+  CHECK(detail::linearAxisLabels(0, 200000, 5) ==
+        Labels{{0, "0"}, {50000, "50k"}, {100000, "100k"}, {150000, "150k"}, {200000, "200k"}});
+  CHECK(detail::linearAxisLabels(100000, 102000, 4) ==
+        Labels{{100000, "100.0k"}, {100500, "100.5k"}, {101000, "101.0k"}, {101500, "101.5k"},
+               {102000, "102.0k"}});
+  CHECK(detail::linearAxisLabels(0, 3.6e6, 4) ==
+        Labels{{0, "0"}, {1e6, "1M"}, {2e6, "2M"}, {3e6, "3M"}});
+  CHECK(detail::linearAxisLabels(1.1e6, 1.4e6, 3) ==
+        Labels{{1.1e6, "1.1M"}, {1.2e6, "1.2M"}, {1.3e6, "1.3M"}, {1.4e6, "1.4M"}});
+  CHECK(detail::linearAxisLabels(0, 4e9, 4).back() == std::pair<double, std::string>{4e9, "4B"});
+  // Steps and small numbers: plain, no unit below ten thousand.
+  CHECK(detail::linearAxisLabels(0, 40, 4) ==
+        Labels{{0, "0"}, {10, "10"}, {20, "20"}, {30, "30"}, {40, "40"}});
+  CHECK(detail::linearAxisLabels(0, 1, 4) == Labels{{0, "0.0"}, {0.5, "0.5"}, {1, "1.0"}});
+  CHECK(detail::linearAxisLabels(-0.4, 0.4, 4) ==
+        Labels{{-0.4, "-0.4"}, {-0.2, "-0.2"}, {0, "0.0"}, {0.2, "0.2"}, {0.4, "0.4"}});
+  double step = 0;
+  CHECK(detail::linearAxisLabels(0, 9000, 8, &step).size() <= 9);
+  CHECK(step == 2000);
+  // Never more labels than asked (plus the end), over many ranges.
+  for (double hi : {1.0, 7.0, 33.0, 480.0, 12345.0, 9.9e5, 2.5e7, 3e10})
+    for (int n = 2; n <= 8; ++n) CHECK(detail::linearAxisLabels(0, hi, n).size() <= size_t(n) + 1);
+  CHECK(detail::linearAxisLabels(1, 0, 4).empty());
+}
+
+TEST_CASE("QAD's distillation loss and the cross-entropies are separate series",
+          "[widgets][charts]") {
+  RunCurves qad, qat;
+  qad.recipe = "qad", qat.recipe = "qat";
+  for (RunCurves* r : {&qad, &qat}) {
+    TrainRow row;
+    row.step = 1;
+    row.loss = r == &qad ? 0.05f : 1.5f;
+    r->train.push_back(row);
+  }
+  CHECK(qat.series("train/ce_loss") == Points{{1, 1.5}});
+  CHECK(qat.series("train/distill_loss").empty());
+  CHECK(qad.series("train/distill_loss") == Points{{1, double(0.05f)}});
+  CHECK(qad.series("train/ce_loss").empty());
+  CHECK(qad.series("train/loss").size() == 1);  // the log's own series stays whole
+}
+
 TEST_CASE("a per-layer chart labels layers, or transformer blocks when there are many",
           "[widgets][charts]") {
   ensureApplication();

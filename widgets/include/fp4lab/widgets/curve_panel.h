@@ -122,6 +122,8 @@ class CurvePanel : public QWidget {
   double m_yLo = NAN, m_yHi = NAN;
   double m_boundLo = NAN, m_boundHi = NAN;  // setValueBounds
   int m_yLabels = 0;
+  double m_xLo = NAN, m_xHi = NAN;  // the x axis' range and label count at the last frame
+  int m_xLabels = 0;
   bool m_yLog = true;
 };
 

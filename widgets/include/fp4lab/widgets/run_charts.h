@@ -83,6 +83,12 @@ Points downsampleLast(const Points& points, int buckets);
 // `maxLabels` labels, none closer than 1 / (2 * maxLabels) of the axis to the next. A range too
 // narrow for two such labels gets evenly spaced ones at a 1-2-5 step instead.
 std::vector<double> logAxisLabels(double lo, double hi, int maxLabels = 12);
+// A linear axis' labels over [lo, hi]: at most `maxLabels` (at least 2) values at a 1-2-5 step,
+// each written compactly in one unit for the whole axis so that no label is ever elided:
+// "0", "50k", "100k", "150k" (tokens), "1.2M", "3.5B"; "0.25", "1500" below ten thousand. The
+// step's digits are kept ("100.5k" where ticks are 500 apart). `step` receives the step.
+std::vector<std::pair<double, std::string>> linearAxisLabels(double lo, double hi, int maxLabels,
+                                                             double* step = nullptr);
 }  // namespace detail
 
 }  // namespace fp4lab::widgets

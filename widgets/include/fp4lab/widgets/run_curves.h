@@ -39,6 +39,8 @@ struct RunCurves {
   // The curve of a series as RunLogReader::listSeries names it ("train/loss", "train/lr",
   // "train/grad_norm", "train/tok_per_s", "eval/<column>") against the optimizer step. Rows where
   // the value is NaN or infinite ("not measured") are left out. Unknown names give no points.
+  // "train/ce_loss" is train/loss of a run whose loss is a cross-entropy (every recipe but QAD),
+  // "train/distill_loss" that of a QAD run (its KL to the teacher); each is empty for the others.
   Points series(const std::string& name, XAxis x = XAxis::Step) const;
   // The largest training step logged (0 for a run without training rows, e.g. PTQ).
   int64_t lastTrainStep() const;
