@@ -8,7 +8,9 @@
 #include <QGraphicsScene>
 #include <QPainter>
 #include <QSaveFile>
+#include <QRegularExpression>
 #include <QString>
+#include <QWidget>
 
 #include "fp4lab/error.h"
 
@@ -53,6 +55,31 @@ void savePngAtomically(const QImage& image, const std::string& path) {
   if (file.write(png) != png.size() || !file.commit())
     throw Error("cannot write the PNG: " + file.errorString().toStdString(), path,
                 "check free disk space and permissions; the previous file, if any, is unchanged");
+}
+
+QImage renderWidget(QWidget& widget, double scale) {
+  QImage image(widget.size() * scale, QImage::Format_ARGB32_Premultiplied);
+  image.setDevicePixelRatio(scale);
+  image.fill(Qt::white);
+  QPainter painter(&image);
+  painter.setRenderHint(QPainter::Antialiasing);
+  painter.setRenderHint(QPainter::TextAntialiasing);
+  widget.render(&painter, QPoint(), QRegion(), QWidget::DrawWindowBackground);
+  return image;
+}
+
+QString suggestedFileName(const QStringList& parts, const QString& extension) {
+  static const QRegularExpression unsafe(QStringLiteral("[^a-z0-9._+]+"));
+  QStringList words;
+  for (const QString& part : parts) {
+    QString w = part.toLower().replace(unsafe, QStringLiteral("-"));
+    while (w.startsWith(QLatin1Char('-')) || w.startsWith(QLatin1Char('.'))) w.remove(0, 1);
+    while (w.endsWith(QLatin1Char('-'))) w.chop(1);
+    if (!w.isEmpty()) words << w;
+  }
+  QString name = words.join(QLatin1Char('-')).left(80);
+  if (name.isEmpty()) name = QStringLiteral("chart");
+  return name + QLatin1Char('.') + extension;
 }
 
 }  // namespace fp4lab::widgets

@@ -1125,7 +1125,7 @@ QString CompareView::overlayCsv() const {
 }
 
 void CompareView::copyChartImage(QChartView* view) {
-  QGuiApplication::clipboard()->setImage(view->grab().toImage());
+  QGuiApplication::clipboard()->setImage(renderWidget(*view));
 }
 
 void CompareView::saveChart(QChartView* view, bool svg) {
@@ -1139,8 +1139,7 @@ void CompareView::saveChart(QChartView* view, bool svg) {
   if (path.isEmpty()) return;
   try {
     if (!svg) {
-      QImage image = view->grab().toImage();
-      savePngAtomically(image, path.toStdString());
+      savePngAtomically(renderWidget(*view), path.toStdString());
       return;
     }
     QSaveFile file(path);

@@ -15,6 +15,7 @@
 #include <QLegendMarker>
 #include <QLineSeries>
 #include <QMenu>
+#include <QMessageBox>
 #include <QMouseEvent>
 #include <QPainter>
 #include <QRubberBand>
@@ -29,6 +30,7 @@
 #include <cmath>
 #include <limits>
 
+#include "fp4lab/widgets/chart_export.h"
 #include "fp4lab/widgets/curve_buckets.h"
 #include "fp4lab/widgets/run_charts.h"
 #include "fp4lab/widgets/vector_state.h"
@@ -583,14 +585,24 @@ void CurvePanel::updateReadout(double x) {
   m_readout->raise();
 }
 
-bool CurvePanel::savePng(const QString& path, QString* error) const {
-  const QImage image = m_view->grab().toImage();
-  QSaveFile file(path);
-  if (!file.open(QIODevice::WriteOnly) || !image.save(&file, "PNG") || !file.commit()) {
-    if (error) *error = QStringLiteral("cannot write %1: %2").arg(path, file.errorString());
+bool CurvePanel::savePng(const QString& path, QString* error, double scale) const {
+  try {
+    savePngAtomically(renderWidget(*m_view, scale), path.toStdString());
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
     return false;
   }
   return true;
+}
+
+QString CurvePanel::suggestedName(const QString& extension) const {
+  QStringList parts{m_title};
+  // The runs drawn: one by name, or how many.
+  if (m_curves.size() == 1)
+    parts << QString::fromStdString(m_curves.begin()->second->name);
+  else if (!m_curves.empty())
+    parts << QStringLiteral("%1 runs").arg(m_curves.size());
+  return suggestedFileName(parts, extension);
 }
 
 bool CurvePanel::saveSvg(const QString& path, QString* error) const {
@@ -635,28 +647,36 @@ QString CurvePanel::csv() const {
 }
 
 void CurvePanel::contextMenu(const QPoint& global) {
+  // The hover read-out belongs to the cursor, which is on the menu now (and a file dialog next).
+  m_readout->hide();
   QMenu menu(this);
-  menu.addAction(QStringLiteral("Save as &PNG\u2026"), this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save chart"), QString(),
+  const auto report = [this](const QString& error) {
+    QMessageBox::warning(this, QStringLiteral("Save chart"), error);
+  };
+  menu.addAction(QStringLiteral("Save as &PNG (2x)\u2026"), this, [this, report] {
+    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save chart"),
+                                                      suggestedName(QStringLiteral("png")),
                                                       QStringLiteral("PNG (*.png)"));
     QString error;
-    if (!path.isEmpty() && !savePng(path, &error)) m_readout->setText(error), m_readout->show();
+    if (!path.isEmpty() && !savePng(path, &error)) report(error);
   });
-  menu.addAction(QStringLiteral("Save as &SVG\u2026"), this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save chart"), QString(),
+  menu.addAction(QStringLiteral("Save as &SVG\u2026"), this, [this, report] {
+    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save chart"),
+                                                      suggestedName(QStringLiteral("svg")),
                                                       QStringLiteral("SVG (*.svg)"));
     QString error;
-    if (!path.isEmpty() && !saveSvg(path, &error)) m_readout->setText(error), m_readout->show();
+    if (!path.isEmpty() && !saveSvg(path, &error)) report(error);
   });
   menu.addAction(QStringLiteral("Save data as &CSV\u2026"), this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save data"), QString(),
+    const QString path = QFileDialog::getSaveFileName(this, QStringLiteral("Save data"),
+                                                      suggestedName(QStringLiteral("csv")),
                                                       QStringLiteral("CSV (*.csv)"));
     if (path.isEmpty()) return;
     QSaveFile file(path);
     if (file.open(QIODevice::WriteOnly)) file.write(csv().toUtf8()), file.commit();
   });
   menu.addAction(QStringLiteral("&Copy image"), this,
-                 [this] { QApplication::clipboard()->setPixmap(m_view->grab()); });
+                 [this] { QApplication::clipboard()->setImage(renderWidget(*m_view)); });
   menu.addAction(QStringLiteral("Copy data as CSV"), this,
                  [this] { QApplication::clipboard()->setText(csv()); });
   menu.addSeparator();

@@ -1,6 +1,8 @@
 // The heatmap widget: one Indexed8 image, one paint function for screen, PNG and SVG.
 #include "fp4lab/widgets/heatmap_widget.h"
 
+#include "fp4lab/widgets/chart_export.h"
+
 #include <QApplication>
 #include <QClipboard>
 #include <QContextMenuEvent>
@@ -402,7 +404,12 @@ void HeatmapWidget::contextMenuEvent(QContextMenuEvent* event) {
   const QString filter = isPng   ? QStringLiteral("PNG (*.png)")
                          : isSvg ? QStringLiteral("SVG (*.svg)")
                                  : QStringLiteral("CSV (*.csv)");
-  const QString path = QFileDialog::getSaveFileName(this, chosen->text(), QString(), filter);
+  const QString path = QFileDialog::getSaveFileName(
+      this, chosen->text(),
+      suggestedFileName({accessibleName(), m_title}, isPng   ? QStringLiteral("png")
+                                                     : isSvg ? QStringLiteral("svg")
+                                                             : QStringLiteral("csv")),
+      filter);
   if (path.isEmpty()) return;
   if (isPng) {
     savePng(path, size() * 2);

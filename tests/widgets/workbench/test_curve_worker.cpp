@@ -5,6 +5,9 @@
 #include <QChart>
 #include <QLabel>
 #include <QLineSeries>
+#include <QCategoryAxis>
+#include <QFontMetrics>
+#include <QImage>
 #include <QValueAxis>
 
 #include <catch2/catch.hpp>
@@ -13,6 +16,7 @@
 #include <cmath>
 #include <random>
 
+#include "fp4lab/widgets/chart_export.h"
 #include "fp4lab/widgets/curve_panel.h"
 #include "fp4lab/widgets/curve_worker.h"
 #include "workbench_fixtures.h"
@@ -284,4 +288,60 @@ TEST_CASE("a pass-rate panel spans 0 to 1 whatever the rates", "[curve-worker]")
     CHECK(hi >= 1);
     CHECK(hi < 1.1);
   }
+}
+
+TEST_CASE("the tokens axis reads 100k, 200k: whole, compact, never elided", "[curve-worker]") {
+  const RunSnapshotsPtr snaps = snapshots(2, 3000, 5);  // row.tokens = 64 * step: to 192000
+  CurvePanel panel("train/loss", QStringLiteral("Training loss"));
+  CurveSettings s;
+  s.x = XAxis::Tokens;
+  panel.setSettings(s);
+  panel.resize(500, 300);
+  panel.show();
+  panel.setRuns(snaps, allIds(*snaps));
+  REQUIRE(panel.redrawNow() > 0);
+  auto* x = qobject_cast<QCategoryAxis*>(panel.chart()->axes(Qt::Horizontal).value(0));
+  REQUIRE(x);
+  const QStringList labels = x->categoriesLabels();
+  INFO(labels.join(QStringLiteral(" | ")).toStdString());
+  REQUIRE(labels.size() >= 2);
+  CHECK(labels.contains(QStringLiteral("100k")));
+  CHECK(labels.contains(QStringLiteral("200k")));
+  // Each label fits the room its tick has, so Qt never elides it.
+  const double room = panel.chart()->plotArea().width() / (labels.size() - 1);
+  const QFontMetrics metrics(x->labelsFont());
+  for (const QString& label : labels) CHECK(metrics.horizontalAdvance(label) < room);
+}
+
+TEST_CASE("Save as PNG: the chart alone, at twice its size, named after it", "[curve-worker]") {
+  const RunSnapshotsPtr snaps = snapshots(1, 200, 6);
+  CurvePanel panel("train/loss", QStringLiteral("Training loss"));
+  panel.resize(400, 300);
+  panel.show();
+  panel.setRuns(snaps, allIds(*snaps));
+  REQUIRE(panel.redrawNow() > 0);
+  fp4lab::testing::TempDir tmp;
+  const QString clean = QString::fromStdString(tmp.file("clean.png"));
+  const QString hovered = QString::fromStdString(tmp.file("hovered.png"));
+  QString error;
+  REQUIRE(panel.savePng(clean, &error));
+  // The hover read-out is on screen: the saved image does not show it.
+  auto* readout = panel.findChild<QLabel*>(QStringLiteral("hover readout"));
+  REQUIRE(readout);
+  readout->setText(QStringLiteral("run: 1.234"));
+  readout->setStyleSheet(QStringLiteral("QLabel { background: #ff00ff; }"));
+  readout->move(40, 40);
+  readout->resize(120, 40);
+  readout->show();
+  REQUIRE(panel.savePng(hovered, &error));
+  const QImage a(clean), b(hovered);
+  REQUIRE_FALSE(a.isNull());
+  auto* view = panel.findChild<QWidget*>(QStringLiteral("chart train/loss"));
+  REQUIRE(view);
+  CHECK(a.size() == view->size() * 2);
+  CHECK(a.convertToFormat(QImage::Format_RGB32) == b.convertToFormat(QImage::Format_RGB32));
+  CHECK(panel.suggestedName(QStringLiteral("png")).startsWith(QLatin1String("training-loss-")));
+  CHECK(fp4lab::widgets::suggestedFileName(
+            {QStringLiteral("Pass rate: math"), QStringLiteral("QAT / NVFP4 (seed 2)")},
+            QStringLiteral("png")) == QStringLiteral("pass-rate-math-qat-nvfp4-seed-2.png"));
 }

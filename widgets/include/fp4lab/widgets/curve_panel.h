@@ -79,7 +79,10 @@ class CurvePanel : public QWidget {
   QChart* chart() const;
   CurveChartView* view() const { return m_view; }
   // Exports: the chart as shown, and every shown run's full data in the current x units.
-  bool savePng(const QString& path, QString* error) const;
+  // The chart without the hover read-out, at `scale` times its on-screen size (chart_export.h).
+  bool savePng(const QString& path, QString* error, double scale = 2.0) const;
+  // "validation-loss-qat-nvfp4.png": the chart's title and the run it draws (or how many).
+  QString suggestedName(const QString& extension) const;
   bool saveSvg(const QString& path, QString* error) const;
   QString csv() const;
 
