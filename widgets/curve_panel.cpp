@@ -537,10 +537,21 @@ void CurvePanel::applyFrame(const std::shared_ptr<const CurveFrame>& frame) {
                                        .arg(names.join(QStringLiteral(", "))));
 }
 
+double CurvePanel::valueOf(const RunCurve& c, double x) const {
+  if (!c.shown || c.shown->empty()) return NAN;
+  // A run that ended before x has no value there: its last one stands for x only within one of
+  // its own intervals between points (or 2% of the axis, for a lone point: PTQ's evaluation).
+  const FloatPoints& p = *c.shown;
+  const double first = double(p.front().first), last = double(p.back().first);
+  const double interval = p.size() > 1 ? (last - first) / double(p.size() - 1) : 0;
+  if (x > last + std::max(interval, 0.02 * (m_x1 - m_x0))) return NAN;
+  return valueAt(p, x);
+}
+
 QString CurvePanel::readoutAt(double x) const {
   QStringList lines;
   for (const auto& [id, c] : m_curves) {
-    const double v = c->shown ? valueAt(*c->shown, x) : NAN;
+    const double v = valueOf(*c, x);
     if (!std::isfinite(v)) continue;
     lines << QStringLiteral("%1: %2").arg(QString::fromStdString(c->name),
                                           formatY(c->drawn.settings.logY ? std::pow(10.0, v) : v));
@@ -552,7 +563,7 @@ std::string CurvePanel::runNear(double x, double y, double tolerance) const {
   std::string best;
   double bestDistance = tolerance;
   for (const auto& [id, c] : m_curves) {
-    const double v = c->shown ? valueAt(*c->shown, x) : NAN;
+    const double v = valueOf(*c, x);
     if (std::isfinite(v) && std::abs(v - y) <= bestDistance)
       bestDistance = std::abs(v - y), best = id;
   }

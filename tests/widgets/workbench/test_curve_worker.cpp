@@ -345,3 +345,22 @@ TEST_CASE("Save as PNG: the chart alone, at twice its size, named after it", "[c
             {QStringLiteral("Pass rate: math"), QStringLiteral("QAT / NVFP4 (seed 2)")},
             QStringLiteral("png")) == QStringLiteral("pass-rate-math-qat-nvfp4-seed-2.png"));
 }
+
+TEST_CASE("the hover read-out leaves out runs that ended before the hovered step",
+          "[curve-worker]") {
+  auto snaps = std::make_shared<RunSnapshots>(*snapshots(2, 1000, 7));
+  // run-1 stopped at step 100.
+  auto shorter = std::make_shared<RunCurves>(*(*snaps)[1].curves);
+  shorter->train.resize(100);
+  (*snaps)[1].curves = shorter;
+  CurvePanel panel("train/loss", QStringLiteral("Training loss"));
+  panel.resize(600, 400);
+  panel.show();
+  panel.setRuns(snaps, allIds(*snaps));
+  REQUIRE(panel.redrawNow() > 0);
+  CHECK(panel.readoutAt(50).count(QLatin1Char('\n')) == 1);  // both
+  CHECK(panel.readoutAt(100).contains(QLatin1String("run-1")));
+  const QString late = panel.readoutAt(800);
+  CHECK(late.contains(QLatin1String("run-0")));
+  CHECK_FALSE(late.contains(QLatin1String("run-1")));
+}

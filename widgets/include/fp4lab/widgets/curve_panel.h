@@ -70,7 +70,8 @@ class CurvePanel : public QWidget {
   void setEmptyText(const QString& text);
   const QString& emptyText() const { return m_emptyText; }
   QString emptyMessage() const;
-  // The value read-out at x, one "run: value" line per shown run with a value there.
+  // The value read-out at x, one "run: value" line per shown run with a value there (a run that
+  // ended well before x has none).
   QString readoutAt(double x) const;
   // The run whose drawn line passes nearest to (x, y in data units) within `tolerance` of the y
   // axis span, or "".
@@ -100,6 +101,7 @@ class CurvePanel : public QWidget {
   bool onScreen() const;
   uint64_t requestFrame();
   void applyFrame(const std::shared_ptr<const CurveFrame>& frame);
+  double valueOf(const RunCurve& c, double x) const;
   void updateReadout(double x);
   void placeEmptyMessage();
   void contextMenu(const QPoint& global);
