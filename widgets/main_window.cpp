@@ -51,6 +51,7 @@
 #include "fp4lab/widgets/quant_inspector.h"
 #include "fp4lab/widgets/run_details.h"
 #include "fp4lab/widgets/run_table_model.h"
+#include "fp4lab/widgets/runs_table_view.h"
 #include "fp4lab/widgets/vector_state.h"
 
 namespace fp4lab::widgets {
@@ -419,7 +420,7 @@ void MainWindow::buildDocks() {
   filters->addWidget(m_recipeFacet);
   filters->addWidget(m_formatFacet);
   filters->addStretch(1);
-  m_table = new QTableView;
+  m_table = new RunsTableView;
   m_table->setObjectName(QStringLiteral("runs table"));
   m_table->setAccessibleName(QStringLiteral("runs table"));
   m_table->setToolTip(QStringLiteral("every run under the run folders; right-click for actions"));

@@ -34,6 +34,7 @@
 #include "fp4lab/widgets/quant_inspector.h"
 #include "fp4lab/widgets/run_details.h"
 #include "fp4lab/widgets/run_table_model.h"
+#include "fp4lab/widgets/runs_table_view.h"
 #include "workbench_fixtures.h"
 
 using namespace fp4lab;
@@ -381,4 +382,42 @@ TEST_CASE("the window fits a small screen: no part off screen, details under the
   w.addDockWidget(Qt::RightDockWidgetArea, details);
   w.resetLayout();
   CHECK(w.dockWidgetArea(details) == Qt::LeftDockWidgetArea);
+}
+
+TEST_CASE("the runs' names stay in sight while the table scrolls sideways", "[workbench][table]") {
+  TempDir tmp;
+  const std::string runs = tmp.file("runs");
+  for (const char* name : {"alpha", "beta", "gamma"}) {
+    testing::SyntheticRun r;
+    r.dir = files::join(runs, name);
+    testing::writeRun(r);
+  }
+  MainWindow w(idleWindowOptions(tmp));
+  w.resize(1600, 1000);
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  REQUIRE(waitFor([&] { return w.runsModel()->rowCount() == 3; }));
+  auto* table = w.findChild<RunsTableView*>(QStringLiteral("runs table"));
+  REQUIRE(table);
+  QTableView* names = table->frozenView();
+  REQUIRE(names->isVisible());
+  CHECK(names->width() == table->columnWidth(RunTableModel::Name));
+  // Scrolled to the last column (duration), the names are still drawn at the left edge.
+  table->scrollTo(table->model()->index(0, RunTableModel::Duration));
+  QTest::qWait(50);
+  REQUIRE(table->horizontalScrollBar()->value() > 0);
+  CHECK(names->isVisible());
+  CHECK(names->geometry().left() <= table->frameWidth() + 1);
+  CHECK(names->indexAt(QPoint(5, names->rowViewportPosition(1) + 2)).data().toString() == "beta");
+  // A click on a name selects the run in the table (one selection for both).
+  const QRect cell = names->visualRect(names->model()->index(2, 0));
+  QTest::mouseClick(names->viewport(), Qt::LeftButton, {}, cell.center() + QPoint(30, 0));
+  CHECK(w.details()->stateText().contains(QLatin1String("gamma")));
+  // Selecting a run by name does not scroll the numbers away.
+  const int scrolled = table->horizontalScrollBar()->value();
+  w.selectRun(files::join(runs, "alpha"));
+  CHECK(table->horizontalScrollBar()->value() == scrolled);
+  // The name cannot be dragged away from the first place.
+  table->horizontalHeader()->moveSection(0, 3);
+  CHECK(table->horizontalHeader()->logicalIndex(0) == RunTableModel::Name);
 }
