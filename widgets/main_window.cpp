@@ -28,7 +28,9 @@
 #include <QStatusBar>
 #include <QTabBar>
 #include <QTabWidget>
+#include <QShortcut>
 #include <QTableView>
+#include <QTimer>
 #include <QTextBrowser>
 #include <QThread>
 #include <QToolBar>
@@ -393,7 +395,14 @@ void MainWindow::buildDocks() {
   m_filter->setToolTip(
       QStringLiteral("every word must match the name, recipe, format, state or folder"));
   m_filter->setClearButtonEnabled(true);
-  connect(m_filter, &QLineEdit::textChanged, m_proxy, &RunFilterProxy::setText);
+  connect(m_filter, &QLineEdit::textChanged, this, [this](const QString& text) {
+    m_proxy->setText(text);
+    onFilterChanged();
+  });
+  // Esc in the filter clears it.
+  auto* clearFilter =
+      new QShortcut(QKeySequence(Qt::Key_Escape), m_filter, nullptr, nullptr, Qt::WidgetShortcut);
+  connect(clearFilter, &QShortcut::activated, m_filter, &QLineEdit::clear);
   m_recipeFacet = new QComboBox;
   m_recipeFacet->setObjectName(QStringLiteral("recipe facet"));
   m_recipeFacet->setAccessibleName(QStringLiteral("recipe facet"));
@@ -401,8 +410,10 @@ void MainWindow::buildDocks() {
   m_recipeFacet->addItem(QStringLiteral("all recipes"), QString());
   for (const char* r : {"sft", "ptq", "qat", "qad"})
     m_recipeFacet->addItem(QString::fromLatin1(r), QString::fromLatin1(r));
-  connect(m_recipeFacet, &QComboBox::currentIndexChanged, this,
-          [this] { m_proxy->setRecipe(m_recipeFacet->currentData().toString()); });
+  connect(m_recipeFacet, &QComboBox::currentIndexChanged, this, [this] {
+    m_proxy->setRecipe(m_recipeFacet->currentData().toString());
+    onFilterChanged();
+  });
   m_formatFacet = new QComboBox;
   m_formatFacet->setObjectName(QStringLiteral("format facet"));
   m_formatFacet->setAccessibleName(QStringLiteral("format facet"));
@@ -410,8 +421,10 @@ void MainWindow::buildDocks() {
   m_formatFacet->addItem(QStringLiteral("all formats"), QString());
   for (const char* f : {"BF16", "MXFP4", "NVFP4"})
     m_formatFacet->addItem(QString::fromLatin1(f), QString::fromLatin1(f));
-  connect(m_formatFacet, &QComboBox::currentIndexChanged, this,
-          [this] { m_proxy->setFormat(m_formatFacet->currentData().toString()); });
+  connect(m_formatFacet, &QComboBox::currentIndexChanged, this, [this] {
+    m_proxy->setFormat(m_formatFacet->currentData().toString());
+    onFilterChanged();
+  });
   auto* facetLabel = new QLabel(QStringLiteral("S&how:"));
   facetLabel->setBuddy(m_recipeFacet);
   m_filter->setMinimumWidth(160);
@@ -454,7 +467,14 @@ void MainWindow::buildDocks() {
             menu.exec(m_table->horizontalHeader()->mapToGlobal(pos));
           });
   connect(m_model, &RunTableModel::checkedChanged, this, &MainWindow::pushChartRuns);
+  m_filterHint = new QLabel;
+  m_filterHint->setObjectName(QStringLiteral("filter hint"));
+  m_filterHint->setAccessibleDescription(QStringLiteral("why the runs table is empty"));
+  m_filterHint->setWordWrap(true);
+  m_filterHint->setStyleSheet(QStringLiteral("QLabel { color: #8a4b00; padding: 2px; }"));
+  m_filterHint->hide();
   layout->addLayout(filters);
+  layout->addWidget(m_filterHint);
   layout->addWidget(m_table, 1);
 
   auto* runsDock = new QDockWidget(QStringLiteral("Runs"), this);
@@ -491,6 +511,15 @@ void MainWindow::resizeEvent(QResizeEvent* event) {
   QMainWindow::resizeEvent(event);
   if (event->oldSize().isValid() && event->size().width() < event->oldSize().width())
     keepMiddleWide();
+}
+
+// A layout saved on a wider window (or screen) comes back with docks sized for it: once the
+// restored layout has settled at this window's size, the same rule applies.
+void MainWindow::showEvent(QShowEvent* event) {
+  QMainWindow::showEvent(event);
+  if (m_shownOnce) return;
+  m_shownOnce = true;
+  QTimer::singleShot(0, this, &MainWindow::keepMiddleWide);
 }
 
 void MainWindow::keepMiddleWide() {
@@ -544,6 +573,11 @@ void MainWindow::restoreSettings() {
   }
   const QByteArray header = s.value(QStringLiteral("runs/header")).toByteArray();
   if (!header.isEmpty()) m_table->horizontalHeader()->restoreState(header);
+  m_filter->setText(s.value(QStringLiteral("runs/filter")).toString());
+  for (QComboBox* facet : {m_recipeFacet, m_formatFacet}) {
+    const int i = facet->findData(s.value(QStringLiteral("runs/") + facet->objectName()));
+    facet->setCurrentIndex(std::max(0, i));
+  }
   CurveSettings c = m_charts->settings();
   c.x = XAxis(std::clamp(s.value(QStringLiteral("charts/x"), int(c.x)).toInt(), 0, 2));
   c.logY = s.value(QStringLiteral("charts/logY"), c.logY).toBool();
@@ -559,6 +593,9 @@ void MainWindow::saveSettings() {
   s.setValue(QStringLiteral("mainWindow/geometry"), saveGeometry());
   s.setValue(QStringLiteral("mainWindow/state"), saveState(kLayoutVersion));
   s.setValue(QStringLiteral("runs/header"), m_table->horizontalHeader()->saveState());
+  s.setValue(QStringLiteral("runs/filter"), m_filter->text());
+  for (QComboBox* facet : {m_recipeFacet, m_formatFacet})
+    s.setValue(QStringLiteral("runs/") + facet->objectName(), facet->currentData());
   s.setValue(QStringLiteral("runs/roots"), m_roots);
   const CurveSettings c = m_charts->settings();
   s.setValue(QStringLiteral("charts/x"), int(c.x));
@@ -572,6 +609,9 @@ void MainWindow::resetLayout() {
   for (QDockWidget* dock : findChildren<QDockWidget*>()) dock->show();
   fitDefaultLayout();
   for (int c = 0; c < RunTableModel::ColumnCount; ++c) m_table->setColumnHidden(c, false);
+  m_filter->clear();
+  m_recipeFacet->setCurrentIndex(0);
+  m_formatFacet->setCurrentIndex(0);
   QHeaderView* header = m_table->horizontalHeader();
   for (int c = 0; c < RunTableModel::ColumnCount; ++c)
     header->moveSection(header->visualIndex(c), c);
@@ -635,7 +675,7 @@ void MainWindow::onSnapshots(RunSnapshotsPtr snapshots) {
   const std::string selected = selectedRun();
   m_model->setSnapshots(snapshots);
   fitColumns();
-  pushChartRuns();
+  onFilterChanged();  // the charts, and the hint when the filter matches none of them
   m_compare->setRuns(snapshots);
   m_inspector->setRuns(snapshots);
   m_details->setRun(snapshot(selected.empty() ? m_details->runId() : selected));
@@ -672,7 +712,36 @@ RunSnapshotsPtr MainWindow::markStarting(RunSnapshotsPtr snapshots) const {
 }
 
 void MainWindow::pushChartRuns() {
-  m_charts->setRuns(m_snapshots, m_model->checkedIds());
+  // The charts show what the table shows: checked runs the filter lets through.
+  std::set<std::string> shown;
+  const std::set<std::string> checked = m_model->checkedIds();
+  for (int row = 0; row < m_proxy->rowCount(); ++row) {
+    const std::string id =
+        m_proxy->index(row, 0).data(RunTableModel::IdRole).toString().toStdString();
+    if (checked.count(id)) shown.insert(id);
+  }
+  m_charts->setRuns(m_snapshots, shown);
+}
+
+void MainWindow::onFilterChanged() {
+  pushChartRuns();
+  // A filter that matches nothing says so (the table alone would just look empty).
+  const int all = m_model->rowCount(), matching = m_proxy->rowCount();
+  m_filterHint->setVisible(all > 0 && matching == 0);
+  if (all > 0 && matching == 0)
+    m_filterHint->setText(QStringLiteral("No run of %1 matches the filter. Esc in the filter box "
+                                         "clears it; \"all recipes\" and \"all formats\" show "
+                                         "every kind.")
+                              .arg(all));
+  // The run selected before the filter hid it is selected again once the filter shows it.
+  if (selectedRun().empty() && !m_lastSelected.empty()) {
+    const int row = m_model->rowOf(m_lastSelected);
+    const QModelIndex shown =
+        row < 0 ? QModelIndex() : m_proxy->mapFromSource(m_model->index(row, 0));
+    if (shown.isValid())
+      m_table->selectionModel()->select(
+          shown, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  }
 }
 
 std::string MainWindow::selectedRun() const {
@@ -698,6 +767,12 @@ void MainWindow::selectRun(const std::string& id) {
 
 void MainWindow::onSelectionChanged() {
   const std::string id = selectedRun();
+  // A filter that hides the selected run keeps it as the run whose details show, and selects it
+  // again when it shows it again; only another choice replaces it.
+  if (id.empty() && !m_lastSelected.empty() && m_model->rowOf(m_lastSelected) >= 0 &&
+      !m_proxy->accepts(m_model->rowOf(m_lastSelected)))
+    return;
+  m_lastSelected = id;
   m_details->setRun(snapshot(id));
   m_details->setConsole(m_queue->console(q(id)));
   m_charts->setSelectedRun(id);

@@ -8,6 +8,8 @@
 #include <signal.h>
 
 #include <QAbstractButton>
+#include <QAbstractSeries>
+#include <QChart>
 #include <QAbstractItemView>
 #include <QAbstractSlider>
 #include <QAbstractSpinBox>
@@ -420,4 +422,84 @@ TEST_CASE("the runs' names stay in sight while the table scrolls sideways", "[wo
   // The name cannot be dragged away from the first place.
   table->horizontalHeader()->moveSection(0, 3);
   CHECK(table->horizontalHeader()->logicalIndex(0) == RunTableModel::Name);
+}
+
+TEST_CASE("layout: a layout saved wide and restored narrow keeps the middle for the charts",
+          "[.layout]") {
+  TempDir tmp;
+  QSettings().clear();
+  const WorkbenchOptions options = idleWindowOptions(tmp);
+  {
+    MainWindow w(options);
+    w.resize(1600, 1000);
+    w.show();
+    REQUIRE(QTest::qWaitForWindowExposed(&w));
+    w.resetLayout();
+    QTest::qWait(50);
+    w.close();  // saves the layout, docks sized for 1600 px
+  }
+  // The same layout on a smaller window (a laptop, a VNC screen).
+  QSettings().setValue(QStringLiteral("mainWindow/geometry"), QByteArray());
+  MainWindow w(options);
+  w.resize(1000, 650);
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  QTest::qWait(100);
+  INFO("charts " << w.charts()->width() << " of " << w.width());
+  CHECK(w.charts()->width() >= w.width() * 38 / 100);
+  QSettings().clear();
+}
+
+TEST_CASE(
+    "the filter hides runs from the charts too, says when nothing matches, keeps the "
+    "selection",
+    "[workbench][filter]") {
+  TempDir tmp;
+  const std::string runs = tmp.file("runs");
+  for (const char* name : {"sft-a", "qat-b", "qat-c"}) {
+    testing::SyntheticRun r;
+    r.dir = files::join(runs, name);
+    r.overrides = std::string(name).rfind("qat", 0) == 0
+                      ? std::vector<std::string>{"recipe.name=qat", "quant.format=nvfp4"}
+                      : std::vector<std::string>{"recipe.name=sft"};
+    testing::writeRun(r);
+  }
+  MainWindow w(idleWindowOptions(tmp));
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  REQUIRE(waitFor([&] { return w.runsModel()->rowCount() == 3; }));
+  auto* filter = w.findChild<QLineEdit*>(QStringLiteral("runs filter"));
+  auto* hint = w.findChild<QLabel*>(QStringLiteral("filter hint"));
+  REQUIRE(filter);
+  REQUIRE(hint);
+  CurvePanel* val = w.charts()->panel("eval/val_loss");
+  REQUIRE(val);
+  auto drawn = [&] {
+    val->redrawNow();
+    int lines = 0;
+    for (QAbstractSeries* s : val->chart()->series())
+      if (!s->name().isEmpty()) ++lines;
+    return lines;
+  };
+  REQUIRE(waitFor([&] { return drawn() == 3; }));
+  w.selectRun(files::join(runs, "sft-a"));
+  REQUIRE(w.details()->stateText().contains(QLatin1String("sft-a")));
+  // Filtered to the QAT runs: the charts draw those only.
+  filter->setText(QStringLiteral("qat"));
+  CHECK(drawn() == 2);
+  CHECK_FALSE(hint->isVisible());
+  // The selected run is hidden, but stays the run whose details show.
+  CHECK(w.details()->stateText().contains(QLatin1String("sft-a")));
+  // Nothing matches: the table says why.
+  filter->setText(QStringLiteral("nothing-like-this"));
+  CHECK(drawn() == 0);
+  CHECK(hint->isVisible());
+  CHECK(hint->text().contains(QLatin1String("No run of 3")));
+  // Esc clears the filter; the run is selected again.
+  filter->setFocus();
+  QTest::keyClick(filter, Qt::Key_Escape);
+  CHECK(filter->text().isEmpty());
+  CHECK_FALSE(hint->isVisible());
+  CHECK(drawn() == 3);
+  CHECK(w.selectedRun() == files::join(runs, "sft-a"));
 }

@@ -107,6 +107,7 @@ class MainWindow : public QMainWindow {
  protected:
   void closeEvent(QCloseEvent* event) override;
   void resizeEvent(QResizeEvent* event) override;
+  void showEvent(QShowEvent* event) override;
 
  private:
   void buildActions();
@@ -126,6 +127,7 @@ class MainWindow : public QMainWindow {
   void runsContextMenu(const QPoint& pos);
   void openReport(const QString& experimentDir);
   void pushChartRuns();
+  void onFilterChanged();
   RunSnapshotsPtr markStarting(RunSnapshotsPtr snapshots) const;
   void fitColumns();
   const RunSnapshot* snapshot(const std::string& id) const;
@@ -137,6 +139,9 @@ class MainWindow : public QMainWindow {
   RunQueue* m_queue = nullptr;
   RunSnapshotsPtr m_snapshots;     // as shown: with "starting" marked
   RunSnapshotsPtr m_rawSnapshots;  // as the worker published them
+  bool m_shownOnce = false;
+  std::string m_lastSelected;      // the run last selected (kept while a filter hides it)
+  QLabel* m_filterHint = nullptr;  // says so when the filter matches no run
   RunTableModel* m_model = nullptr;
   RunFilterProxy* m_proxy = nullptr;
   QTableView* m_table = nullptr;

@@ -77,6 +77,9 @@ class RunFilterProxy : public QSortFilterProxyModel {
   void setRecipe(const QString& recipe);  // "" : all
   void setFormat(const QString& format);  // "" : all; matched as a prefix ("NVFP4", "MXFP4")
   QString text() const { return m_text; }
+  // Whether the filter as set now lets the model's row through (also while the view still shows
+  // it: during the filter change).
+  bool accepts(int sourceRow) const { return filterAcceptsRow(sourceRow, {}); }
 
  protected:
   bool filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const override;
