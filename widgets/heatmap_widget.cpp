@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace fp4lab::widgets {
 
@@ -122,7 +123,56 @@ QString HeatmapWidget::colLabel(int col) const {
   return col < m_colLabels.size() ? m_colLabels[col] : QString::number(col);
 }
 
+QString HeatmapWidget::shortModule(const QString& module) {
+  for (const char* prefix : {"model.layers.", "model.language_model.layers.", "model."})
+    if (module.startsWith(QLatin1String(prefix))) return module.mid(int(std::strlen(prefix)));
+  return module;
+}
+
+QString HeatmapWidget::fitRowLabel(const QString& label, const QFontMetricsF& fm, double width) {
+  if (fm.horizontalAdvance(label) <= width) return label;
+  QString s = shortModule(label);
+  s.replace(QStringLiteral("self_attn."), QStringLiteral("attn."));
+  s.replace(QStringLiteral("block_sparse_moe."), QStringLiteral("moe."));
+  s.replace(QStringLiteral("_proj"), QString());
+  if (fm.horizontalAdvance(s) <= width) return s;
+  // "row 224" -> "224": the number is what tells the rows apart.
+  const qsizetype space = s.lastIndexOf(QLatin1Char(' '));
+  if (space > 0) {
+    bool number = false;
+    s.mid(space + 1).toLongLong(&number);
+    if (number && fm.horizontalAdvance(s.mid(space + 1)) <= width) return s.mid(space + 1);
+  }
+  return fm.elidedText(s, Qt::ElideMiddle, width);
+}
+
+double HeatmapWidget::widestColumnLabel(const QFontMetricsF& fm) const {
+  double widest = 0;
+  const int first = std::max(0, int(std::floor(m_view.left())));
+  const int last = std::min(m_cols, int(std::ceil(m_view.right())));
+  for (int c = first; c < last && c < first + 400; ++c)
+    widest = std::max(widest, fm.horizontalAdvance(colLabel(c)));
+  return widest;
+}
+
+bool HeatmapWidget::uprightColumnLabels(const QSize& size) const {
+  if (!hasData()) return false;
+  const QFontMetricsF fm(font());
+  const QRectF plot = plotAreaWithBottom(size, fm.height() + 10);
+  const double cw = plot.width() / m_view.width();
+  // Upright only where that shows more of them: a column wider than a line of text.
+  return widestColumnLabel(fm) + 10 > cw && cw >= fm.height() + 2;
+}
+
 QRectF HeatmapWidget::plotArea(const QSize& size) const {
+  const QFontMetricsF fm(font());
+  double bottom = fm.height() + 10;
+  if (uprightColumnLabels(size))
+    bottom = std::min(widestColumnLabel(fm) + 10, std::max(bottom, size.height() * 0.3));
+  return plotAreaWithBottom(size, bottom);
+}
+
+QRectF HeatmapWidget::plotAreaWithBottom(const QSize& size, double bottom) const {
   const QFontMetricsF fm(font());
   double labelWidth = 0;
   const int first = std::max(0, int(std::floor(m_view.top())));
@@ -131,7 +181,6 @@ QRectF HeatmapWidget::plotArea(const QSize& size) const {
     labelWidth = std::max(labelWidth, fm.horizontalAdvance(rowLabel(r)));
   const double left = std::clamp(labelWidth + kGap, 24.0, size.width() * 0.35);
   const double top = m_title.isEmpty() ? 6 : fm.height() + 10;
-  const double bottom = fm.height() + 10;
   const double right = kGap + kBarWidth + 6 +
                        std::max({fm.horizontalAdvance(QStringLiteral("-0.0000e-00")),
                                  fm.horizontalAdvance(QStringLiteral("not measured")),
@@ -198,24 +247,38 @@ void HeatmapWidget::paint(QPainter& p, const QSize& size) const {
     const double y = plot.top() + (r + 0.5 - m_view.top()) * ch;
     if (y < plot.top() || y > plot.bottom()) continue;
     p.drawText(QRectF(0, y - fm.height() / 2, plot.left() - 4, fm.height()),
-               Qt::AlignRight | Qt::AlignVCenter,
-               fm.elidedText(rowLabel(r), Qt::ElideLeft, plot.left() - 6));
+               Qt::AlignRight | Qt::AlignVCenter, fitRowLabel(rowLabel(r), fm, plot.left() - 6));
   }
-  // Column labels below, spaced so they do not overlap.
+  // Column labels below, spaced so they do not overlap, counted from the last column (the newest
+  // evaluation, the one the worst-layers list reads, always has its label). Upright where the
+  // columns are narrower than their labels.
   const int firstCol = std::max(0, int(std::floor(m_view.left())));
   const int lastCol = std::min(m_cols, int(std::ceil(m_view.right())));
-  double labelWidth = fm.horizontalAdvance(colLabel(std::max(0, lastCol - 1)));
-  labelWidth = std::max(labelWidth, fm.horizontalAdvance(colLabel(firstCol)));
-  const int colStep = std::max(1, int(std::ceil((labelWidth + 10) / cw)));
-  double lastRight = -1e9;
-  for (int c = firstCol; c < lastCol; c += colStep) {
+  const bool upright = uprightColumnLabels(size);
+  const double room = size.height() - plot.bottom() - 6;
+  const double labelWidth = widestColumnLabel(fm);
+  const int colStep =
+      std::max(1, int(std::ceil(((upright ? fm.height() : labelWidth) + (upright ? 2 : 10)) / cw)));
+  double nextRight = 1e9;
+  for (int c = lastCol - 1; c >= firstCol; c -= colStep) {
     const double x = plot.left() + (c + 0.5 - m_view.left()) * cw;
+    if (x < plot.left() || x > plot.right()) continue;
+    if (upright) {
+      const QString label = fm.elidedText(colLabel(c), Qt::ElideMiddle, room);
+      p.save();
+      p.translate(x + fm.ascent() / 2 - 1, plot.bottom() + 4);
+      p.rotate(-90);
+      p.drawText(QRectF(-room, -fm.ascent(), room, fm.height()), Qt::AlignRight | Qt::AlignTop,
+                 label);
+      p.restore();
+      continue;
+    }
     const QString label = colLabel(c);
     const double w = fm.horizontalAdvance(label);
     const double x0 = std::clamp(x - w / 2, plot.left() - 4, plot.right() - w + 4);
-    if (x0 < lastRight + 6 || x < plot.left() || x > plot.right()) continue;
+    if (x0 + w > nextRight - 6) continue;
     p.drawText(QRectF(x0, plot.bottom() + 3, w + 2, fm.height()), Qt::AlignLeft, label);
-    lastRight = x0 + w;
+    nextRight = x0;
   }
 
   // The colour bar: index 254 at the top, 0 at the bottom, the scale's ticks, then the NaN swatch.

@@ -2,6 +2,8 @@
 #include "fp4lab/widgets/quant_inspector.h"
 
 #include <QAbstractButton>
+#include <QAbstractScrollArea>
+#include <QCoreApplication>
 #include <QApplication>
 #include <QChart>
 #include <QChartView>
@@ -17,6 +19,7 @@
 #include <QPointer>
 #include <QPushButton>
 #include <QSplitter>
+#include <QTabBar>
 #include <QTabWidget>
 #include <QTableView>
 #include <QThreadPool>
@@ -212,7 +215,7 @@ QVariant WorstLayersModel::headerData(int section, Qt::Orientation orientation, 
 // ---- Bar charts ---------------------------------------------------------------------------------
 
 BarChartWidget::BarChartWidget(QWidget* parent) : QWidget(parent) {
-  setMinimumSize(200, 110);
+  setMinimumSize(150, 110);
   setMouseTracking(true);
   setEmptyText(QStringLiteral("No data."));
 }
@@ -310,6 +313,17 @@ QuantInspector::QuantInspector(QWidget* parent) : QWidget(parent) {
   m_views->addTab(runPage, QStringLiteral("&Run view"));
   m_views->addTab(layerPage, QStringLiteral("&Layer view"));
   m_views->addTab(modelPage, QStringLiteral("&Model view"));
+  // The views' size is the shown one's: a tab widget otherwise sizes every page to the widest
+  // (the layer view's four histograms), making the small run view scroll sideways too.
+  const auto sizeToCurrent = [this](int current) {
+    for (int i = 0; i < m_views->count(); ++i)
+      m_views->widget(i)->setSizePolicy(
+          i == current ? QSizePolicy::Preferred : QSizePolicy::Ignored,
+          i == current ? QSizePolicy::Preferred : QSizePolicy::Ignored);
+    m_views->updateGeometry();
+  };
+  connect(m_views, &QTabWidget::currentChanged, this, sizeToCurrent);
+  sizeToCurrent(m_views->currentIndex());
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addWidget(m_views);
@@ -367,6 +381,7 @@ void QuantInspector::buildRunView(QWidget* page) {
   worstLayout->addWidget(worstLabel);
   worstLayout->addWidget(m_worstView, 1);
   auto* split = new QSplitter(Qt::Horizontal);
+  m_runSplit = split;
   split->setObjectName(QStringLiteral("inspector run split"));
   split->addWidget(m_runMap);
   split->addWidget(worstBox);
@@ -405,6 +420,11 @@ void QuantInspector::buildLayerView(QWidget* page) {
   QFont f = m_layerTitle->font();
   f.setBold(true);
   m_layerTitle->setFont(f);
+  // A long module path is cut rather than widening the view past a small window (not wrapped: a
+  // wrapping label gives the page a height-for-width, and a scroll area then sizes the whole
+  // inspector to the tallest page's preferred height).
+  m_layerTitle->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  m_layerTitle->setMinimumWidth(120);
   auto* stepLabel = new QLabel(QStringLiteral("&Step:"));
   m_layerStep = named(new QComboBox, QStringLiteral("layer step"),
                       QStringLiteral("the evaluation whose per-block errors are shown (also: "
@@ -555,7 +575,7 @@ void QuantInspector::buildModelView(QWidget* page) {
   m_modelBlocksB->setCornerLabels(QStringLiteral("row"), QStringLiteral("block MSE"));
   m_modelBlocksB->hide();
   // Two side by side must leave the layers x formats map its room in a small window.
-  for (HeatmapWidget* m : {m_modelBlocks, m_modelBlocksB}) m->setMinimumWidth(160);
+  for (HeatmapWidget* m : {m_modelBlocks, m_modelBlocksB}) m->setMinimumWidth(120);
   m_scaleHistB = named(new BarChartWidget, QStringLiteral("scale code histogram B"),
                        QStringLiteral("the blocks by scale code in the second format"));
   m_scaleHistB->hide();
@@ -582,6 +602,7 @@ void QuantInspector::buildModelView(QWidget* page) {
   left->addWidget(m_frontier);
   left->setChildrenCollapsible(false);
   auto* split = new QSplitter(Qt::Horizontal);
+  m_modelSplit = split;
   split->setObjectName(QStringLiteral("inspector model split"));
   split->addWidget(left);
   split->addWidget(right);
@@ -684,7 +705,65 @@ void QuantInspector::refreshNow() {
 
 void QuantInspector::showEvent(QShowEvent* event) {
   QWidget::showEvent(event);
+  // In a scroll area (the window's tab), the room is the area's, not this widget's own width
+  // (which never goes below its minimum): follow the viewport's size.
+  if (parentWidget() && !m_watchingParent) {
+    parentWidget()->installEventFilter(this);
+    m_watchingParent = true;
+  }
+  fitToWidth();
   if (m_dirty) refreshRunView();
+}
+
+int QuantInspector::heightForWidth(int width) const {
+  // The shown view's, not the tallest: a tab widget asks every page, and a scroll area would size
+  // the inspector to the layer view's height while the model view shows.
+  QWidget* page = m_views->currentWidget();
+  if (!page) return QWidget::heightForWidth(width);
+  const int frame = 24;  // the inspector's and the tab widget's margins and frame
+  const int pageHeight = page->hasHeightForWidth() ? page->heightForWidth(width - frame)
+                                                   : page->minimumSizeHint().height();
+  return pageHeight + m_views->tabBar()->sizeHint().height() + frame;
+}
+
+void QuantInspector::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  fitToWidth();
+}
+
+bool QuantInspector::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == parentWidget() && event->type() == QEvent::Resize) fitToWidth();
+  return QWidget::eventFilter(watched, event);
+}
+
+void QuantInspector::fitToWidth() {
+  // Side by side where both halves have room; stacked (and scrolled down) where they do not, so a
+  // small window never squeezes the heatmap to a strip or scrolls sideways.
+  const int room = parentWidget() ? std::min(width(), parentWidget()->width()) : width();
+  const Qt::Orientation o = room < kStackBelowWidth ? Qt::Vertical : Qt::Horizontal;
+  bool changed = false;
+  for (QSplitter* split : {m_runSplit, m_modelSplit, m_layerMaps, m_layerHistograms}) {
+    if (!split || split->orientation() == o) continue;
+    split->setOrientation(o);
+    // The map keeps the larger share either way (3 : 2), a readable height when stacked; the
+    // layer view's histograms share theirs equally.
+    const int total = o == Qt::Vertical ? std::max(900, split->height()) : split->width();
+    QList<int> sizes;
+    if (split->count() == 2)
+      sizes = {total * 3 / 5, total * 2 / 5};
+    else
+      for (int i = 0; i < split->count(); ++i) sizes << total / std::max(1, split->count());
+    split->setSizes(sizes);
+    changed = true;
+  }
+  // A scroll area sized this widget for the old orientation: have it size it again.
+  if (changed)
+    for (QWidget* w = parentWidget(); w; w = w->parentWidget())
+      if (auto* area = qobject_cast<QAbstractScrollArea*>(w)) {
+        updateGeometry();
+        QCoreApplication::postEvent(area, new QEvent(QEvent::LayoutRequest));
+        break;
+      }
 }
 
 void QuantInspector::populateRunCombos() {
@@ -1496,6 +1575,9 @@ void QuantInspector::showModelCell(int layer, int format) {
   const auto blocks = [&](HeatmapWidget* map, const std::string& fmt) {
     const analyze::Entry* entry = entryOf(fmt);
     const QString who = QStringLiteral("%1 in %2").arg(q(L.module), q(fmt));
+    // The format first: a title cut at its end keeps what tells the two maps apart.
+    const QString title =
+        QStringLiteral("%1 block MSE, %2").arg(q(fmt), HeatmapWidget::shortModule(q(L.module)));
     if (!entry || !entry->measured)
       map->setEmptyText(QStringLiteral("%1: not measured (the weight's columns are not a "
                                        "multiple of the block).")
@@ -1504,11 +1586,12 @@ void QuantInspector::showModelCell(int layer, int format) {
       map->setEmptyText(
           QStringLiteral("%1: the analysis was written without per-block errors.").arg(who));
     else
-      detail::showBlockMap(map, entry->blockMse, L.rows, QStringLiteral("block MSE: %1").arg(who));
+      detail::showBlockMap(map, entry->blockMse, L.rows, title);
   };
   const auto scales = [&](BarChartWidget* chart, const std::string& fmt) {
-    detail::drawScaleHistogram(chart, entryOf(fmt), fmt,
-                               QStringLiteral("%1 in %2").arg(q(L.module), q(fmt)));
+    detail::drawScaleHistogram(
+        chart, entryOf(fmt), fmt,
+        QStringLiteral("%1 in %2").arg(HeatmapWidget::shortModule(q(L.module)), q(fmt)));
   };
   const std::string& fmt = a.formats[size_t(format)];
   blocks(m_modelBlocks, fmt);

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <QAbstractButton>
+#include <QAbstractScrollArea>
+#include <QSplitter>
 #include <QAbstractItemView>
 #include <QComboBox>
 #include <QFile>
@@ -207,6 +209,44 @@ TEST_CASE("heatmap pixels: a known matrix gives the known colours at the known p
     CHECK_FALSE(w.hasData());
     CHECK(w.cellAt(QPointF(300, 200), size) == std::make_pair(-1, -1));
   }
+}
+
+TEST_CASE("heatmap labels: the layer index is never cut, every column and the last one named",
+          "[inspector][heatmap]") {
+  const QFontMetricsF fm(QApplication::font());
+  const QString label = QStringLiteral("model.layers.13.self_attn.q_proj");
+  CHECK(HeatmapWidget::fitRowLabel(label, fm, 1000) == label);
+  const double shortWidth = fm.horizontalAdvance(QStringLiteral("13.attn.q"));
+  CHECK(HeatmapWidget::fitRowLabel(label, fm, shortWidth + 1) == QStringLiteral("13.attn.q"));
+  // Narrower still: cut in the middle, the index kept.
+  const QString cut =
+      HeatmapWidget::fitRowLabel(QStringLiteral("13.mlp.experts.gate_up_proj"), fm, shortWidth);
+  CHECK(cut.startsWith(QStringLiteral("13.")));
+  CHECK(fm.horizontalAdvance(cut) <= shortWidth);
+
+  // Four format columns in a narrow map: each named (upright), the last one included.
+  HeatmapWidget w;
+  std::vector<float> values(8 * 4, 1.0f);
+  w.setData(8, 4, values, {}, {"mxfp4", "mxfp4-floor", "nvfp4", "nvfp4-2d"});
+  const QSize narrow(320, 400);
+  CHECK(w.uprightColumnLabels(narrow));
+  CHECK_FALSE(w.uprightColumnLabels(QSize(900, 400)));
+  // Upright labels take their room below the cells.
+  CHECK(w.plotArea(narrow).bottom() < narrow.height() - fm.horizontalAdvance("nvfp4-2d"));
+  // Many evaluation columns: the last (newest) is among those labelled, drawn ink under it.
+  HeatmapWidget steps;
+  QStringList names;
+  for (int s = 0; s <= 40; s += 5) names << QStringLiteral("step %1").arg(s);
+  steps.setData(3, int(names.size()), std::vector<float>(3 * names.size(), 1.0f), {}, names);
+  const QSize size(420, 300);
+  const QImage image = steps.render(size);
+  const QRectF plot = steps.plotArea(size);
+  const QPointF last = steps.cellCentre(0, int(names.size()) - 1, size);
+  int ink = 0;
+  for (int y = int(plot.bottom()) + 3; y < size.height(); ++y)
+    for (int x = int(last.x()) - 3; x <= int(last.x()) + 3; ++x)
+      if (qGray(image.pixel(x, y)) < 128) ++ink;
+  CHECK(ink > 5);
 }
 
 TEST_CASE("worst layers: sorted by the metric's direction, NaN left out, a sound model",
@@ -777,4 +817,44 @@ TEST_CASE("inspector model view: a sensitivity file's frontier, the chosen plan 
     CHECK_FALSE(chart->hasData());
     CHECK(inspector.modelNote().startsWith(QStringLiteral("Cannot open the sensitivity file")));
   }
+}
+
+TEST_CASE("inspector in a narrow window: halves stacked, nothing scrolls sideways; wide: side by "
+          "side, nothing scrolls at all",
+          "[inspector][layout]") {
+  TempDir tmp;
+  quantRun(tmp, "runs/qat-nvfp4");
+  WorkbenchOptions options;
+  options.roots = {QString::fromStdString(tmp.file("runs"))};
+  options.program = QStringLiteral("/bin/false");
+  MainWindow w(options);
+  w.resize(1600, 1000);
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  QuantInspector* inspector = w.inspector();
+  w.showView(inspector);
+  auto* area = w.findChild<QAbstractScrollArea*>(QStringLiteral("quantization inspector scroll"));
+  REQUIRE(area);
+  auto* modelSplit = inspector->findChild<QSplitter*>(QStringLiteral("inspector model split"));
+  REQUIRE(modelSplit);
+  for (int view : {0, 1, 2}) {
+    inspector->showView(view);
+    QTest::qWait(50);
+    INFO("view " << view << " at 1600: inspector " << inspector->width() << "x"
+                 << inspector->height() << " in " << area->viewport()->width() << "x"
+                 << area->viewport()->height());
+    CHECK(area->horizontalScrollBar()->maximum() == 0);
+    CHECK(area->verticalScrollBar()->maximum() == 0);
+  }
+  CHECK(modelSplit->orientation() == Qt::Horizontal);
+  // The window made small by hand (the middle keeps about 40% of it).
+  w.resize(1000, 650);
+  for (int view : {0, 1, 2}) {
+    inspector->showView(view);
+    QTest::qWait(50);
+    INFO("view " << view << " at 1000: inspector " << inspector->width() << " in "
+                 << area->viewport()->width());
+    CHECK(area->horizontalScrollBar()->maximum() == 0);
+  }
+  CHECK(modelSplit->orientation() == Qt::Vertical);
 }

@@ -114,9 +114,13 @@ TEST_CASE("screenshots of every view", "[.screenshots]") {
       QSignalSpy loaded(inspector, &QuantInspector::analysisLoaded);
       inspector->openAnalysis(QString::fromStdString(file));
       REQUIRE(testing::waitFor([&] { return loaded.count() > 0; }, 30000));
-      // The last layer in NVFP4 (column 2), MXFP4 beside it.
-      inspector->setModelCompareFormat("mxfp4");
+      // The last layer in NVFP4 (column 2), then MXFP4 beside it, in the order a user picks them
+      // (a block map shown after the first one is laid out).
+      inspector->showView(2);
       inspector->modelHeatmap()->cellActivated(inspector->modelHeatmap()->rows() - 1, 2);
+      QTest::qWait(200);
+      inspector->setModelCompareFormat("mxfp4");
+      QTest::qWait(200);
       // The frontier, when the screenshot script measured one (fp4lab sensitivity of the SFT
       // model into the runs folder).
       const std::string sensitivity = std::string(runs) + "/sensitivity.h5";

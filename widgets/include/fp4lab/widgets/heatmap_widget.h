@@ -16,6 +16,7 @@
 
 #include "fp4lab/widgets/heatmap_colors.h"
 
+class QFontMetricsF;
 class QPainter;
 
 namespace fp4lab::widgets {
@@ -58,6 +59,16 @@ class HeatmapWidget : public QWidget {
   std::pair<int, int> cellAt(const QPointF& point, const QSize& size) const;
   // What hovering over a cell shows: "row label\ncolumn label\nvalue".
   QString cellText(int row, int col) const;
+  // A row label in `width` pixels: whole if it fits, else the module path shortened
+  // ("3.self_attn.q_proj" -> "3.attn.q"), else cut in the middle: the layer index at its start is
+  // never what goes.
+  static QString fitRowLabel(const QString& label, const QFontMetricsF& metrics, double width);
+  // A module path without the prefix every layer shares: "model.layers.3.mlp.down_proj" ->
+  // "3.mlp.down_proj" (for titles, where the room is short).
+  static QString shortModule(const QString& module);
+  // Whether column labels are drawn upright (rotated) at `size`: when the widest does not fit its
+  // column lying down.
+  bool uprightColumnLabels(const QSize& size) const;
 
   // The visible part in cell coordinates (x: columns, y: rows); the full map when not zoomed.
   QRectF view() const { return m_view; }
@@ -81,6 +92,8 @@ class HeatmapWidget : public QWidget {
   void contextMenuEvent(QContextMenuEvent* event) override;
 
  private:
+  QRectF plotAreaWithBottom(const QSize& size, double bottom) const;
+  double widestColumnLabel(const QFontMetricsF& metrics) const;
   void rebuildImage();
   void clampView();
   QString rowLabel(int row) const;

@@ -182,6 +182,9 @@ class QuantInspector : public QWidget {
  public:
   explicit QuantInspector(QWidget* parent = nullptr);
   ~QuantInspector() override;
+  // Below this width the run and model views stack their halves (map above, details below).
+  static constexpr int kStackBelowWidth = 760;
+  int heightForWidth(int width) const override;
 
   // New snapshots; nothing is redrawn while hidden or when the runs shown did not change.
   void setRuns(RunSnapshotsPtr runs);
@@ -236,8 +239,11 @@ class QuantInspector : public QWidget {
 
  protected:
   void showEvent(QShowEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
+  void fitToWidth();
   void buildRunView(QWidget* page);
   void buildLayerView(QWidget* page);
   void buildModelView(QWidget* page);
@@ -284,6 +290,8 @@ class QuantInspector : public QWidget {
   HeatmapWidget* m_layerBlocks = nullptr;
   HeatmapWidget* m_layerBlocksB = nullptr;
   QSplitter *m_layerMaps = nullptr, *m_layerHistograms = nullptr;
+  QSplitter *m_runSplit = nullptr, *m_modelSplit = nullptr;  // stacked when narrow
+  bool m_watchingParent = false;
   BarChartWidget *m_layerWeights = nullptr, *m_layerScales = nullptr;
   BarChartWidget *m_layerWeightsB = nullptr, *m_layerScalesB = nullptr;
   QChartView* m_layerChartView = nullptr;
