@@ -43,7 +43,9 @@ RunDetails::RunDetails(QWidget* parent) : QWidget(parent) {
   m_console->setReadOnly(true);
   m_console->setMaximumBlockCount(5000);
   m_console->setFont(QFont(QStringLiteral("monospace")));
-  m_console->setLineWrapMode(QPlainTextEdit::NoWrap);
+  // Wrapped: an error's start must not be scrolled out of sight to the left.
+  m_console->setLineWrapMode(QPlainTextEdit::WidgetWidth);
+  m_console->setWordWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
   m_tabs = new QTabWidget;
   m_tabs->setObjectName(QStringLiteral("run details tabs"));
   m_tabs->setAccessibleName(QStringLiteral("run details tabs"));

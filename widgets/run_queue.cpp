@@ -28,8 +28,38 @@ bool parseJobEvent(const QByteArray& line, JobEvent* event) {
   e.etaSeconds = o.value(QStringLiteral("eta_s")).toDouble();
   e.message = o.value(QStringLiteral("message")).toString();
   e.path = o.value(QStringLiteral("path")).toString();
+  for (auto it = o.begin(); it != o.end(); ++it)
+    if ((it.key().startsWith(QLatin1String("val_")) ||
+         it.key().startsWith(QLatin1String("pass_rate_"))) &&
+        it.value().isDouble())
+      e.metrics.append({it.key(), it.value().toDouble()});
   *event = e;
   return true;
+}
+
+QString describeJobEvent(const JobEvent& e) {
+  const auto g = [](double v) { return QString::number(v, 'g', 4); };
+  if (e.kind == QLatin1String("step")) {
+    QString line = QStringLiteral("step %1/%2  loss %3").arg(e.step).arg(e.maxSteps).arg(g(e.loss));
+    if (e.tokensPerSecond > 0)
+      line += QStringLiteral("  %1 tok/s").arg(e.tokensPerSecond, 0, 'f', 0);
+    if (e.etaSeconds > 0) {
+      const qint64 s = qint64(e.etaSeconds + 0.5);
+      line += s >= 60 ? QStringLiteral("  ETA %1 min %2 s").arg(s / 60).arg(s % 60)
+                      : QStringLiteral("  ETA %1 s").arg(s);
+    }
+    return line;
+  }
+  if (e.kind == QLatin1String("eval")) {
+    QStringList parts;
+    for (const auto& [name, value] : e.metrics) parts << name + QLatin1Char(' ') + g(value);
+    return QStringLiteral("eval at step %1: %2").arg(e.step).arg(parts.join(QStringLiteral("  ")));
+  }
+  QString line = e.kind;
+  if (!e.message.isEmpty()) line += QStringLiteral(": ") + e.message;
+  if (!e.path.isEmpty())
+    line += (e.message.isEmpty() ? QStringLiteral(": ") : QStringLiteral(" ")) + e.path;
+  return line;
 }
 
 const char* toString(JobState state) {
@@ -204,6 +234,11 @@ void RunQueue::readOutput(Entry& e, QProcess::ProcessChannel channel) {
     if (channel == QProcess::StandardOutput && parseJobEvent(line, &event)) {
       e.last = event, e.hasEvent = true;
       Q_EMIT jobEvent(e.job.id, event);
+      // The console reads as the run would on a terminal: its progress too, not only its
+      // stray output (a run that succeeds prints nothing else).
+      const QString described = describeJobEvent(event);
+      appendConsole(e, described);
+      text += described + QLatin1Char('\n');
       continue;
     }
     appendConsole(e, QString::fromUtf8(line));

@@ -422,6 +422,20 @@ TEST_CASE("job events parse from the runner's JSON lines; anything else is conso
   CHECK(e.maxSteps == 40);
   CHECK(e.loss == 1.5);
   CHECK(e.etaSeconds == 9);
+  // The console's line for an event, as a terminal shows the run.
+  JobEvent step;
+  REQUIRE(parseJobEvent(
+      R"({"event":"step","step":12,"max_steps":40,"loss":1.5,"tok_per_s":1520.4,"eta_s":200})",
+      &step));
+  CHECK(describeJobEvent(step) == "step 12/40  loss 1.5  1520 tok/s  ETA 3 min 20 s");
+  JobEvent eval;
+  REQUIRE(parseJobEvent(
+      R"({"event":"eval","step":10,"max_steps":40,"val_loss":2.05,"val_kl":null})", &eval));
+  CHECK(describeJobEvent(eval) == "eval at step 10: val_loss 2.05");
+  JobEvent failed;
+  REQUIRE(parseJobEvent(R"({"event":"failed","step":0,"max_steps":0,"message":"model.path: gone"})",
+                        &failed));
+  CHECK(describeJobEvent(failed) == "failed: model.path: gone");
   CHECK_FALSE(parseJobEvent("step 12/40 loss 1.5", &e));
   CHECK_FALSE(parseJobEvent(R"({"event":"step","step":1)", &e));  // cut short
   CHECK_FALSE(parseJobEvent(R"({"no_event":1})", &e));
@@ -451,7 +465,8 @@ TEST_CASE("the queue: a missing program fails the job, the queue goes on; output
   const QStringList console = queue.console("flood");
   CHECK(console.size() == 101);
   CHECK(console.front().contains("earlier lines not kept"));
-  CHECK(console.back() == "line 2999");
+  CHECK(console[99] == "line 2999");
+  CHECK(console.back() == "finished");  // events read as lines too
   REQUIRE(queue.lastEvent("flood"));
   CHECK(queue.lastEvent("flood")->kind == "finished");
   // One job per device: the second waits for the first.

@@ -6,7 +6,9 @@
 // to a bound, so a flooding child cannot exhaust memory.
 #pragma once
 
+#include <QList>
 #include <QObject>
+#include <QPair>
 #include <QProcess>
 #include <QString>
 #include <QStringList>
@@ -25,7 +27,12 @@ struct JobEvent {
   qint64 step = 0, maxSteps = 0;
   double loss = 0, tokensPerSecond = 0, etaSeconds = 0;
   QString message, path;
+  QList<QPair<QString, double>> metrics;  // an eval's val_loss, val_kl, pass_rate_<task>, ...
 };
+
+// The line the run's console shows for an event, as `fp4lab train` prints it on a terminal:
+// "step 10/400  loss 2.31  1520 tok/s  ETA 3 min 20 s", "eval at step 10: val_loss 2.05 ...".
+QString describeJobEvent(const JobEvent& event);
 
 // Parses one line of `--events jsonl` output; false for a line that is not an event (plain
 // console output, a partial or garbled line).
