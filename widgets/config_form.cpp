@@ -224,9 +224,14 @@ ConfigForm::ConfigForm(std::vector<run::ConfigKey> keys, QWidget* parent)
     Row& row = m_rows[name];
     row.key = &key;
     row.section = section;
+    // One widget per row holds the label, the field and its error: the label and the field are
+    // siblings, which is how Qt's accessibility finds a field's label (a buddy in another widget
+    // is not announced). The label column is lined up by one minimum width for all labels.
     row.cell = new QWidget(sectionIt->box);
     row.cell->setObjectName(QStringLiteral("cell %1").arg(name));
-    auto* cellLayout = new QVBoxLayout(row.cell);
+    auto* rowLayout = new QHBoxLayout(row.cell);
+    rowLayout->setContentsMargins(0, 0, 0, 0);
+    auto* cellLayout = new QVBoxLayout;
     cellLayout->setContentsMargins(0, 0, 0, 0);
     cellLayout->setSpacing(2);
     auto* line = new QHBoxLayout;
@@ -253,14 +258,18 @@ ConfigForm::ConfigForm(std::vector<run::ConfigKey> keys, QWidget* parent)
     row.error->hide();
     cellLayout->addWidget(row.error);
 
-    row.label = new QLabel(name, sectionIt->box);
+    row.label = new QLabel(name, row.cell);
     row.label->setObjectName(QStringLiteral("label %1").arg(name));
     row.label->setBuddy(row.editor);
+    row.label->setMinimumHeight(row.editor->sizeHint().height());
+    row.label->setAlignment(Qt::AlignLeft | Qt::AlignVCenter);
     const QString tip = tooltipFor(key, defaultValue(name));
     row.label->setToolTip(tip);
     row.editor->setToolTip(tip);
+    rowLayout->addWidget(row.label, 0, Qt::AlignTop);
+    rowLayout->addLayout(cellLayout, 1);
     labelWidth = std::max(labelWidth, QFontMetrics(boldFont()).horizontalAdvance(name) + 8);
-    static_cast<QFormLayout*>(sectionIt->box->layout())->addRow(row.label, row.cell);
+    static_cast<QFormLayout*>(sectionIt->box->layout())->addRow(row.cell);
   }
   // One label column width for every section, so the fields line up across the groups.
   for (auto& [name, row] : m_rows) row.label->setMinimumWidth(labelWidth);
@@ -452,9 +461,12 @@ void ConfigForm::markChanged(Row& r) {
     f.setBold(changed);
     r.label->setFont(f);
   }
+  // Read out after the name: the key's help in plain words (Qt would read the tooltip's HTML),
+  // and whether it differs from the default.
   const QString shownDefault = defaultValue(name).isEmpty() ? tr("empty") : defaultValue(name);
-  r.editor->setAccessibleDescription(changed ? tr("changed from the default, %1").arg(shownDefault)
-                                             : QString());
+  const QString help = qs(r.key->help);
+  r.editor->setAccessibleDescription(
+      changed ? tr("%1 Changed from the default, %2.").arg(help, shownDefault) : help);
 }
 
 void ConfigForm::onFieldChanged(const QString& name) {
@@ -476,7 +488,6 @@ void ConfigForm::setKeyVisible(const QString& name, bool visible) {
       const QFormLayout::TakeRowResult taken = form->takeRow(r->cell);
       delete taken.labelItem;  // the layout items; the widgets stay in the box
       delete taken.fieldItem;
-      r->label->hide();
       r->cell->hide();
     } else {
       int index = 0;
@@ -484,8 +495,7 @@ void ConfigForm::setKeyVisible(const QString& name, bool visible) {
         if (k == name) break;
         index += row(k)->visible ? 1 : 0;
       }
-      form->insertRow(index, r->label, r->cell);
-      r->label->show();
+      form->insertRow(index, r->cell);
       r->cell->show();
     }
     const bool any = std::any_of(s.keys.begin(), s.keys.end(),

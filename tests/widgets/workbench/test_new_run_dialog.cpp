@@ -2,6 +2,7 @@
 // errors from the engine's own validation next to the field they name, and run.yaml open/save.
 #include <catch2/catch.hpp>
 
+#include <QAccessible>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
@@ -695,4 +696,33 @@ TEST_CASE("the real train --dry-run refuses what only a full load finds", "[new-
   CHECK(d.result() != QDialog::Accepted);
   INFO(d.errorText().toStdString());
   CHECK(d.errorText().contains("bad.jsonl:1"));
+}
+
+TEST_CASE("every field is announced with its label and its help in plain words",
+          "[new-run-dialog][a11y]") {
+  NewRunDialog d;
+  d.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&d));
+  int checked = 0;
+  for (const ConfigKey& key : runConfigKeys()) {
+    QWidget* field = fieldOf(d, key.name.c_str());
+    QAccessibleInterface* iface = QAccessible::queryAccessibleInterface(field);
+    REQUIRE(iface);
+    INFO(key.name);
+    // The label relation Qt reports to AT-SPI (labelled-by): the label naming the key.
+    const auto labels = iface->relations(QAccessible::Label);
+    REQUIRE(labels.size() >= 1);
+    CHECK(labels.front().first->text(QAccessible::Name) == qs(key.name));
+    // The description is the help, not the tooltip's HTML.
+    const QString description = iface->text(QAccessible::Description);
+    CHECK_FALSE(description.contains(QLatin1String("<p>")));
+    CHECK(description.startsWith(qs(key.help)));
+    ++checked;
+  }
+  CHECK(checked == int(runConfigKeys().size()));
+  // A changed field says so after its help.
+  choose(d, "recipe.name", "qat");
+  const QString described = QAccessible::queryAccessibleInterface(fieldOf(d, "recipe.name"))
+                                ->text(QAccessible::Description);
+  CHECK(described.contains(QLatin1String("Changed from the default, sft")));
 }
