@@ -50,6 +50,7 @@
 #include "fp4lab/error.h"
 #include "fp4lab/widgets/chart_export.h"
 #include "fp4lab/widgets/run_charts.h"
+#include "fp4lab/widgets/run_table_model.h"
 
 namespace fp4lab::widgets {
 
@@ -950,6 +951,7 @@ void CompareView::updateMetricsTable(const std::vector<std::size_t>& a,
     std::function<double(const RunSummary&)> get;
     std::function<QString(double)> show;
     QString toolTip;
+    bool significantDifference = true;
   };
   std::vector<Row> rows = {
       {tr("last val loss"), [](const RunSummary& s) { return s.lastValLoss; },
@@ -957,7 +959,7 @@ void CompareView::updateMetricsTable(const std::vector<std::size_t>& a,
       {tr("best val loss"), [](const RunSummary& s) { return s.bestValLoss; },
        [](double v) { return fixed(v, 4); }, tr("Lowest validation loss logged")},
       {tr("last val KL"), [](const RunSummary& s) { return s.lastKl; },
-       [](double v) { return std::isfinite(v) ? QString::number(v, 'g', 4) : kNone; },
+       [](double v) { return std::isfinite(v) ? significant(v, 4) : kNone; },
        tr("KL divergence to the reference model at the last evaluation")},
   };
   std::set<std::string> tasks;
@@ -970,15 +972,18 @@ void CompareView::updateMetricsTable(const std::vector<std::size_t>& a,
                       const auto it = s.passRates.find(task);
                       return it == s.passRates.end() ? kNaN : it->second;
                     },
-                    [](double v) { return percent(v); }, tr("Last logged pass rate of the task")});
+                    [](double v) { return percent(v); }, tr("Last logged pass rate of the task"),
+                    false});
   rows.push_back({tr("last train loss"), [](const RunSummary& s) { return s.lastTrainLoss; },
                   [](double v) { return fixed(v, 4); }, tr("Training loss of the last row")});
   rows.push_back({tr("tokens/s"), [](const RunSummary& s) { return s.tokensPerSecond; },
-                  [](double v) { return fixed(v, 0); }, tr("Throughput of the last training row")});
+                  [](double v) { return fixed(v, 0); }, tr("Throughput of the last training row"),
+                  false});
   rows.push_back({tr("duration"), [](const RunSummary& s) { return s.wallSeconds; },
-                  [](double v) { return duration(v); }, tr("Wall time of the last row written")});
+                  [](double v) { return duration(v); }, tr("Wall time of the last row written"),
+                  false});
   rows.push_back({tr("steps"), [](const RunSummary& s) { return double(s.step); },
-                  [](double v) { return fixed(v, 0); }, tr("Last training step logged")});
+                  [](double v) { return fixed(v, 0); }, tr("Last training step logged"), false});
 
   auto value = [&](const std::vector<std::size_t>& m, const Row& row) {
     std::vector<double> v;
@@ -1006,7 +1011,11 @@ void CompareView::updateMetricsTable(const std::vector<std::size_t>& a,
     m_metricsTable->setItem(at, 0, cell(row.name, row.toolTip));
     for (int c = 1; c <= 3; ++c) {
       const double v = c == 1 ? va : c == 2 ? vb : vb - va;
-      QString text = row.show(c == 3 ? std::abs(v) : v);
+      // B - A: one rule down the column (three significant digits) wherever the values are
+      // losses or KLs, which differ by orders of magnitude; counts and rates as their row shows.
+      QString text = c == 3 && row.significantDifference ? significant(std::abs(v), 3)
+                                                         : row.show(c == 3 ? std::abs(v) : v);
+      if (text.isEmpty()) text = kNone;
       if (c == 3 && std::isfinite(v) && v != 0)
         text.prepend(v > 0 ? QChar(QLatin1Char('+')) : QChar(0x2212));
       auto* item = cell(text);

@@ -804,9 +804,9 @@ void MainWindow::updateStatusBar() {
   parts << QStringLiteral("%1: %2").arg(q(r->name), QString::fromStdString(stateLabel(*r)));
   if (s.maxSteps > 0) parts << QStringLiteral("step %1/%2").arg(s.step).arg(s.maxSteps);
   if (std::isfinite(s.lastTrainLoss))
-    parts << QStringLiteral("loss %1").arg(s.lastTrainLoss, 0, 'g', 4);
+    parts << QStringLiteral("loss %1").arg(significant(s.lastTrainLoss));
   if (std::isfinite(s.lastValLoss))
-    parts << QStringLiteral("val loss %1").arg(s.lastValLoss, 0, 'g', 4);
+    parts << QStringLiteral("val loss %1").arg(significant(s.lastValLoss));
   if (std::isfinite(s.tokensPerSecond))
     parts << QStringLiteral("%1 tok/s").arg(s.tokensPerSecond, 0, 'f', 0);
   double eta = NAN;

@@ -41,6 +41,7 @@
 #include "fp4lab/widgets/frontier_chart.h"
 #include "fp4lab/widgets/heatmap_widget.h"
 #include "fp4lab/widgets/run_charts.h"
+#include "fp4lab/widgets/run_table_model.h"
 
 namespace fp4lab::widgets {
 
@@ -194,8 +195,7 @@ QVariant WorstLayersModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= int(m_rows.size()) || index.column() > 1) return {};
   const Row& r = m_rows[size_t(index.row())];
   if (role == Qt::DisplayRole)
-    return index.column() == 0 ? detail::shortLayerName(r.name)
-                               : QString::number(double(r.value), 'g', 4);
+    return index.column() == 0 ? detail::shortLayerName(r.name) : significant(double(r.value), 4);
   if (role == Qt::ToolTipRole) return q(r.name);
   if (role == Qt::UserRole)
     return index.column() == 0 ? QVariant(r.layer) : QVariant(double(r.value));

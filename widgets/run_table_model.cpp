@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "fp4lab/widgets/run_charts.h"
 #include "fp4lab/widgets/run_relations.h"
@@ -23,7 +24,7 @@ const RunSnapshots& empty() {
 }
 
 QString number(double v, int digits = 4) {
-  return std::isfinite(v) ? QString::number(v, 'g', digits) : QString();
+  return significant(v, digits);
 }
 
 QString shortPath(const std::string& path) {
@@ -64,6 +65,15 @@ double startedEpoch(const RunSnapshot& r) {
 }
 
 }  // namespace
+
+QString significant(double v, int digits) {
+  if (!std::isfinite(v)) return {};
+  char text[64];
+  std::snprintf(text, sizeof text, "%#.*g", digits, v);
+  QString out = QString::fromLatin1(text);
+  if (out.endsWith(QLatin1Char('.'))) out.chop(1);  // "1234." from %#g
+  return out;
+}
 
 QString formatDuration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return {};

@@ -267,6 +267,14 @@ TEST_CASE("format labels and durations", "[runs-model]") {
   CHECK(formatDuration(200) == "3 min 20 s");
   CHECK(formatDuration(3720) == "1 h 02 min");
   CHECK(formatDuration(NAN).isEmpty());
+  // One rule per column: significant digits with their trailing zeros.
+  CHECK(significant(0.13) == "0.1300");
+  CHECK(significant(0.1569) == "0.1569");
+  CHECK(significant(20.4) == "20.40");
+  CHECK(significant(0.0008, 3) == "0.000800");
+  CHECK(significant(0.00048828, 3) == "0.000488");
+  CHECK(significant(1234.0) == "1234");
+  CHECK(significant(NAN).isEmpty());
 }
 
 TEST_CASE("a run's step count: status.json's, else run.yaml's", "[runs-model]") {

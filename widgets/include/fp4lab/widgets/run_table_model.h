@@ -91,5 +91,8 @@ class RunFilterProxy : public QSortFilterProxyModel {
 
 // "1 h 02 min", "3 min 20 s", "12 s".
 QString formatDuration(double seconds);
+// `digits` significant digits, trailing zeros kept, so a column of them lines up and reads alike:
+// 0.1300 beside 0.1569, 20.40 beside 20.34, 0.0004883 beside 0.0008000. "" for NaN.
+QString significant(double value, int digits = 4);
 
 }  // namespace fp4lab::widgets
