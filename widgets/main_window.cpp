@@ -31,6 +31,11 @@
 #include <QShortcut>
 #include <QTableView>
 #include <QTimer>
+#include <QFontMetricsF>
+#include <QTextBlock>
+#include <QTextTable>
+#include <QTextFrame>
+#include <QTextDocument>
 #include <QTextBrowser>
 #include <QThread>
 #include <QToolBar>
@@ -1088,6 +1093,38 @@ void MainWindow::onJobFinished(const QString& id, JobState state, const QString&
   updateActions();
 }
 
+// Every column of names and numbers as wide as its widest cell on one line: a wide table (the
+// report's 13 columns) scrolls sideways instead of reading "recip e" and "0. 2518" (Qt's line
+// breaker breaks a number after its point). Columns of prose and paragraphs still wrap.
+static void fitTablesToContents(QTextDocument* document) {
+  for (QTextFrame* frame : document->rootFrame()->childFrames()) {
+    auto* table = qobject_cast<QTextTable*>(frame);
+    if (!table) continue;
+    QTextTableFormat format = table->format();
+    QList<QTextLength> widths;
+    const double padding = 2 * (format.cellPadding() + format.border()) + 6;
+    for (int c = 0; c < table->columns(); ++c) {
+      double widest = 0;
+      bool sentences = false;  // a column of prose wraps as prose does
+      for (int r = 0; r < table->rows(); ++r) {
+        const QTextTableCell cell = table->cellAt(r, c);
+        for (auto it = cell.begin(); !it.atEnd(); ++it) {
+          const QTextBlock block = it.currentBlock();
+          if (!block.isValid()) continue;
+          QFont font = document->defaultFont();
+          if (block.charFormat().fontWeight() > QFont::Normal || r == 0) font.setBold(true);
+          widest = std::max(widest, QFontMetricsF(font).horizontalAdvance(block.text()));
+          sentences = sentences || block.text().size() > 24;
+        }
+      }
+      widths << (sentences ? QTextLength(QTextLength::VariableLength, 0)
+                           : QTextLength(QTextLength::FixedLength, widest + padding));
+    }
+    format.setColumnWidthConstraints(widths);
+    table->setFormat(format);
+  }
+}
+
 void MainWindow::openReport(const QString& dir) {
   const QString path = dir + QStringLiteral("/report.md");
   QFile file(path);
@@ -1102,6 +1139,7 @@ void MainWindow::openReport(const QString& dir) {
   browser->setSearchPaths({dir});
   browser->setOpenExternalLinks(true);
   browser->setMarkdown(QString::fromUtf8(file.readAll()));
+  fitTablesToContents(browser->document());
   m_tabs->setCurrentIndex(
       m_tabs->addTab(browser, QStringLiteral("Report: %1").arg(QFileInfo(dir).fileName())));
 }

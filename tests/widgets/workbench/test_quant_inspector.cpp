@@ -819,9 +819,10 @@ TEST_CASE("inspector model view: a sensitivity file's frontier, the chosen plan 
   }
 }
 
-TEST_CASE("inspector in a narrow window: halves stacked, nothing scrolls sideways; wide: side by "
-          "side, nothing scrolls at all",
-          "[inspector][layout]") {
+TEST_CASE(
+    "inspector in a narrow window: halves stacked, nothing scrolls sideways; wide: side by "
+    "side, nothing scrolls at all",
+    "[inspector][layout]") {
   TempDir tmp;
   quantRun(tmp, "runs/qat-nvfp4");
   WorkbenchOptions options;

@@ -134,6 +134,12 @@ TEST_CASE("screenshots of every view", "[.screenshots]") {
       w.resize(1600, 1000);
     }
   }
+  if (std::getenv("FP4LAB_SCREENSHOT_REPORT")) {
+    w.resize(1000, 650);
+    w.openReport(QString::fromUtf8(runs));
+    save(w, dir + QStringLiteral("/report-small.png"));
+    w.resize(1600, 1000);
+  }
   w.centralTabs()->setCurrentIndex(0);
   // A 900x600 screen's default layout: the details under the runs (MainWindow::fitDefaultLayout).
   w.resize(855, 570);

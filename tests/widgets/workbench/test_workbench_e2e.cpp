@@ -23,6 +23,12 @@
 #include <QScreen>
 #include <QSettings>
 #include <QTableView>
+#include <QTextBlock>
+#include <QTextBrowser>
+#include <QTextCursor>
+#include <QTextDocument>
+#include <QTextLayout>
+#include <QTextTable>
 
 #include <sys/stat.h>
 
@@ -502,4 +508,40 @@ TEST_CASE(
   CHECK_FALSE(hint->isVisible());
   CHECK(drawn() == 3);
   CHECK(w.selectedRun() == files::join(runs, "sft-a"));
+}
+
+TEST_CASE("the report tab never breaks a number or a header mid-word", "[workbench][report]") {
+  TempDir tmp;
+  const std::string dir = tmp.file("experiment");
+  files::createDirectories(dir);
+  std::string table =
+      "| recipe | format | reasoning_language | val_loss | best | kl | gap | a | b | "
+      "c | d | e | f |\n|";
+  for (int c = 0; c < 13; ++c) table += " --- |";
+  table +=
+      "\n| qat | NVFP4 W4A4 | 0.2518 | 0.2518 | 0.2431 | 0.01234 | 45.6% | 1 | 2 | 3 | 4 | 5 | "
+      "6 |\n";
+  files::writeFileAtomically(
+      files::join(dir, "report.md"),
+      "# Report\n\nA paragraph long enough to wrap between its words.\n\n" + table);
+  MainWindow w(idleWindowOptions(tmp));
+  w.resize(1000, 650);
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  w.openReport(QString::fromStdString(dir));
+  auto* browser = w.findChild<QTextBrowser*>(QStringLiteral("experiment report"));
+  REQUIRE(browser);
+  browser->resize(420, 400);
+  QTest::qWait(50);
+  // Every table cell is laid out on one line: nothing broken mid-word or mid-digit.
+  int cells = 0;
+  for (QTextBlock b = browser->document()->begin(); b.isValid(); b = b.next()) {
+    if (!QTextCursor(b).currentTable()) continue;
+    INFO(b.text().toStdString());
+    CHECK(b.layout()->lineCount() == 1);
+    ++cells;
+  }
+  CHECK(cells == 26);
+  // The table is wider than the pane: it scrolls sideways.
+  CHECK(browser->horizontalScrollBar()->maximum() > 0);
 }

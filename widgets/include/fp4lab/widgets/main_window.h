@@ -64,6 +64,8 @@ class MainWindow : public QMainWindow {
   // Prepares the run folder (run.yaml, status "queued") under the first root and queues it;
   // returns the folder, or "" with the error shown in the message bar.
   QString launch(const run::RunConfig& config, const QString& root = {});
+  // Opens an experiment's report.md in a tab of its own.
+  void openReport(const QString& experimentDir);
   // The built-in experiment as one job; its folder becomes a root so its runs appear live, and
   // its report opens in a tab when it ends.
   QString runExperiment(const QStringList& extraArgs = {}, const QString& dir = {});
@@ -125,7 +127,6 @@ class MainWindow : public QMainWindow {
   void showMessage(const QString& text, bool error = true);
   void newRun(const run::RunConfig* prefill = nullptr, const QString& file = {});
   void runsContextMenu(const QPoint& pos);
-  void openReport(const QString& experimentDir);
   void pushChartRuns();
   void onFilterChanged();
   RunSnapshotsPtr markStarting(RunSnapshotsPtr snapshots) const;
