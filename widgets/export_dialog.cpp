@@ -426,7 +426,7 @@ void ExportDialog::buildUi() {
       tr("Checked modules stay in BF16. The greyed ones are kept by default (not quantized by "
          "the run, or by the recipes' defaults); check more to keep them too"));
   m_modules->setUniformItemSizes(true);
-  m_modules->setMinimumHeight(fontMetrics().lineSpacing() * 6);
+  m_modules->setMinimumHeight(fontMetrics().lineSpacing() * 7);
   m_form->addRow(label(tr("&Kept in BF16:"), m_modules), m_modules);
   m_globs = new QLineEdit(this);
   m_globs->setObjectName(QStringLiteral("keep globs"));
@@ -545,6 +545,14 @@ void ExportDialog::buildUi() {
     if (!m_settingOutput) m_outputEdited = true;
     scheduleValidate();
   });
+  // A path longer than its field shows its end (the run and folder names); the whole of it is in
+  // the tooltip, after the field's help.
+  for (QLineEdit* path : {m_model, m_output}) {
+    const QString help = path->toolTip();
+    connect(path, &QLineEdit::textChanged, this, [path, help](const QString& text) {
+      path->setToolTip(text.isEmpty() ? help : help + QStringLiteral("\n\n") + text);
+    });
+  }
   connect(m_browseOutput, &QToolButton::clicked, this, [this] {
     const QString dir = QFileDialog::getExistingDirectory(this, tr("Output folder"), outputDir());
     if (!dir.isEmpty()) setOutputDir(dir);
@@ -969,6 +977,17 @@ void ExportDialog::cancel() {
   m_killTimer->start(kKillTimeoutMs);
 }
 
+void ExportDialog::resizeEvent(QResizeEvent* event) {
+  QDialog::resizeEvent(event);
+  // The wrapped notes need more height on a narrower dialog; a window's minimum size does not
+  // follow height-for-width by itself, so the form would overlap its rows (the module list under
+  // the globs field). The minimum follows the width instead.
+  if (layout() && layout()->hasHeightForWidth()) {
+    const int need = layout()->totalHeightForWidth(width());
+    if (need > 0 && need != minimumHeight()) setMinimumHeight(need);
+  }
+}
+
 void ExportDialog::reject() {
   if (m_state == State::Running) {
     // Esc or the window's close button while exporting: cancel, and close once it has stopped.
@@ -1102,9 +1121,12 @@ void ExportDialog::endWith(State state, const QString& message) {
     m_error->hide();
     m_close->setDefault(true);
     m_close->setFocus();
-    // A second export into the same folder would need "replace": validate again.
+    // A second export into the same folder would need "replace": validate again, but do not
+    // offer to replace what was just written beside the summary of writing it (an edit of the
+    // form brings the choice back).
     validateNow();
     m_error->hide();
+    m_form->setRowVisible(m_replace, false);
   } else {
     m_progress->hide();
     validateNow();

@@ -10,6 +10,7 @@
 #include <QAbstractItemView>
 #include <QAbstractSpinBox>
 #include <QAction>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
@@ -469,8 +470,22 @@ TEST_CASE("export dialog end to end: a PTQ run to compressed-tensors-nvfp4; a ca
   CHECK(button(d, "open folder")->isVisible());
   CHECK(QFileInfo(out + "/model.safetensors").isFile());
   CHECK(QFileInfo(out + "/config.json").isFile());
+  // Beside the summary of what was written, no offer to replace it.
+  CHECK_FALSE(d.findChild<QCheckBox*>("replace output")->isVisible());
   grab(d, "/tmp/export_dialog.png");
-  d.resize(d.minimumWidth(), 480);
+  d.resize(d.minimumWidth(), 300);
+  QTest::qWait(50);
+  INFO("dialog " << d.width() << "x" << d.height() << " min " << d.minimumSize().height()
+                 << " hint " << d.minimumSizeHint().height() << " hfw "
+                 << d.layout()->totalHeightForWidth(d.width()));
+  // Made small, the dialog keeps what its form needs: the module list keeps its rows, nothing
+  // overlaps it.
+  auto* modules = d.findChild<QWidget*>("modules kept in bf16");
+  auto* globs = d.findChild<QWidget*>("keep globs");
+  REQUIRE(modules);
+  REQUIRE(globs);
+  CHECK(modules->height() >= modules->fontMetrics().lineSpacing() * 7);
+  CHECK(modules->mapTo(&d, QPoint(0, modules->height())).y() <= globs->mapTo(&d, QPoint(0, 0)).y());
   grab(d, "/tmp/export_dialog_small.png");
   d.resize(720, 640);
 

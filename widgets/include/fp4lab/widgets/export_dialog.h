@@ -104,6 +104,7 @@ class ExportDialog : public QDialog {
 
  protected:
   void reject() override;
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
   void buildUi();
