@@ -504,10 +504,26 @@ void CurvePanel::applyFrame(const std::shared_ptr<const CurveFrame>& frame) {
     s->setPen(pen);
     s->replace(toQPoints(points));
   };
+  // Colour-blind-safe palettes stop near eight colours: the ninth run on and its neighbours in
+  // colour get dash patterns too.
+  std::map<std::string, Qt::PenStyle> styles;
+  for (size_t i = 0; i < frame->runs.size(); ++i) {
+    static const Qt::PenStyle past8[] = {Qt::DashLine, Qt::DotLine, Qt::DashDotLine};
+    styles[frame->runs[i].id] = i < 8 ? Qt::SolidLine : past8[(i - 8) % 3];
+  }
+  for (const CurveFrame::Run& r : frame->runs) {  // a run whose place changed, not its points
+    RunCurve* c = m_curves[r.id].get();
+    if (c && c->line && c->line->pen().style() != styles[r.id]) {
+      QPen pen = c->line->pen();
+      pen.setStyle(styles[r.id]);
+      c->line->setPen(pen);
+    }
+  }
   for (const auto& [c, r] : changes) {
     const QColor colour = runColour(r->name);
     QPen pen(colour);
     pen.setWidthF(r->selected ? 3.0 : 1.6);
+    pen.setStyle(styles[r->id]);
     QColor faint = colour, fill = colour;
     faint.setAlpha(80);
     fill.setAlpha(55);

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "fp4lab/widgets/chart_export.h"
 #include "fp4lab/widgets/curve_panel.h"
@@ -363,4 +364,24 @@ TEST_CASE("the hover read-out leaves out runs that ended before the hovered step
   const QString late = panel.readoutAt(800);
   CHECK(late.contains(QLatin1String("run-0")));
   CHECK_FALSE(late.contains(QLatin1String("run-1")));
+}
+
+TEST_CASE("past eight runs, lines get dash patterns as well as colours", "[curve-worker]") {
+  const RunSnapshotsPtr snaps = snapshots(11, 50, 8);
+  CurvePanel panel("train/loss", QStringLiteral("Training loss"));
+  panel.resize(600, 400);
+  panel.show();
+  panel.setRuns(snaps, allIds(*snaps));
+  REQUIRE(panel.redrawNow() > 0);
+  int solid = 0, patterned = 0;
+  std::set<int> styles;
+  for (QAbstractSeries* s : panel.chart()->series()) {
+    auto* line = qobject_cast<QLineSeries*>(s);
+    if (!line || line->name().isEmpty()) continue;
+    (line->pen().style() == Qt::SolidLine ? solid : patterned) += 1;
+    styles.insert(int(line->pen().style()));
+  }
+  CHECK(solid == 8);
+  CHECK(patterned == 3);
+  CHECK(styles.size() == 4);  // solid and three patterns
 }
