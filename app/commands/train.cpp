@@ -398,13 +398,18 @@ int runInspect(const std::vector<std::string>& argv) {
 
 int runEval(const std::vector<std::string>& argv) {
   Args args("eval", argv, {"data"}, {"per-example", "bf16", "help"});
-  const char* usage = "fp4lab eval MODEL_DIR --data FILE.jsonl [--per-example] [--bf16]";
+  const char* usage =
+      "fp4lab eval MODEL_DIR --data FILE.jsonl|builtin:NAME|heldout:SOURCE [--per-example] "
+      "[--bf16]";
   if (args.has("help")) {
     std::printf(
         "usage: %s\n\nMean token cross-entropy of the model on the rows (assistant tokens of chat "
         "rows;\nevery token after the first of input_ids rows). A model saved fake-quantized (a\n"
         "PTQ/QAT/QAD run's model/ or checkpoint, with its quant_state.json) is scored as saved;\n"
-        "--bf16 scores its BF16 weights instead. Pre-tokenized rows need no tokenizer.json.\n",
+        "--bf16 scores its BF16 weights instead. Pre-tokenized rows need no tokenizer.json.\n"
+        "--data takes what data.validation takes: a JSONL file, builtin:NAME, or\n"
+        "heldout:SOURCE (the rows a run training on SOURCE holds out, at the default\n"
+        "data.seed and data.validation_fraction). Rows are scored one by one, unpacked.\n",
         usage);
     return 0;
   }
@@ -413,9 +418,26 @@ int runEval(const std::vector<std::string>& argv) {
   run::ModelLoadOptions load;
   load.bf16Weights = args.has("bf16");
   const run::Model model = run::Model::load(args.positionals()[0], load);
-  const std::vector<data::Example> examples = run::loadExamples(args.get("data", ""), 0);
+  // Built-in and held-out rows as a run with the default data.seed and data.validation_fraction
+  // draws them (heldout:builtin:sft: the rows such a run validates on).
+  const std::vector<data::Example> examples =
+      run::loadValidationRows(args.get("data", ""), run::RunConfig{});
   const bool perExample = args.has("per-example");
+  // Thousands of rows take minutes: a progress line on stderr every two seconds.
+  const auto started = std::chrono::steady_clock::now();
+  auto lastShown = started;
+  const bool tty = isatty(fileno(stderr));
+  size_t shownLines = 0;
   const run::EvalResult r = model.evaluate(examples, [&](const run::ExampleScore& s) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - lastShown >= std::chrono::seconds(2) && s.index + 1 < examples.size()) {
+      lastShown = now;
+      const double seconds = std::chrono::duration<double>(now - started).count();
+      const double eta = seconds / double(s.index + 1) * double(examples.size() - s.index - 1);
+      std::fprintf(stderr, "%sscored %zu of %zu rows, about %.0f s left%s", tty ? "\r" : "",
+                   s.index + 1, examples.size(), eta, tty ? "   " : "\n");
+      ++shownLines;
+    }
     if (perExample)
       std::printf(
           "%s\n",
@@ -424,6 +446,7 @@ int runEval(const std::vector<std::string>& argv) {
               .dump()
               .c_str());
   });
+  if (tty && shownLines > 0) std::fprintf(stderr, "\n");
   if (r.tokens == 0)
     throw Error("no tokens to score", args.get("data", ""),
                 "rows need assistant turns or input_ids");

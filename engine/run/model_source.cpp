@@ -693,6 +693,13 @@ std::vector<data::Example> heldOutRows(const RunConfig& config) {
 }
 }  // namespace
 
+std::vector<data::Example> loadValidationRows(const std::string& source, const RunConfig& config) {
+  if (source.rfind(kHeldOut, 0) != 0) return loadExamples(source, config.dataSeed);
+  RunConfig c = config;
+  c.validationData = source;
+  return heldOutRows(c);
+}
+
 DataBundle loadTrainingData(const RunConfig& config, const ModelBundle& bundle) {
   const bool randomTokens = config.trainData == "random:tokens";
   if (!randomTokens && config.trainData.rfind("random:", 0) == 0)

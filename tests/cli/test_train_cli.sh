@@ -76,6 +76,11 @@ printf '%s\n' '{"messages": [{"role": "user", "content": "What is 2 plus 2?"}, {
 "$BIN" eval "$T/run/model" --data "$T/eval.jsonl" --per-example > "$T/eval.out" 2> "$T/eval.err"
 [ "$(wc -l < "$T/eval.out")" -eq 2 ] || fail "eval --per-example: $(cat "$T/eval.out")"
 grep -q "mean token cross-entropy" "$T/eval.err" || fail "eval summary missing"
+# --data takes what data.validation takes: the rows a default run on builtin:sft holds out
+# (5% of its 4000 rows), with a progress line on stderr when it takes a while.
+"$BIN" eval "$T/run/model" --data heldout:builtin:sft > "$T/heldout.out" 2> "$T/heldout.err" ||
+  fail "eval --data heldout:builtin:sft exited $?: $(cat "$T/heldout.err")"
+grep -q " in 200 rows" "$T/heldout.out" || fail "eval heldout: $(cat "$T/heldout.out")"
 out=$("$BIN" generate "$T/run/model" --prompt "What is 2 plus 2?" --max-new-tokens 16)
 [ -n "$out" ] || fail "generate printed nothing"
 [ "$("$BIN" generate "$T/run/model" --prompt hi --temperature 0.8 --seed 3 --max-new-tokens 12)" = \

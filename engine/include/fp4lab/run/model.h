@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fp4lab/data/dataset.h"
+#include "fp4lab/run/run_config.h"
 
 namespace fp4lab::run {
 
@@ -109,5 +110,9 @@ std::string cacheRoot();
 
 // JSONL rows (chat, prompt/completion or input_ids; errors name file:line) or builtin:<name>.
 std::vector<data::Example> loadExamples(const std::string& source, uint64_t seed);
+// The rows data.validation=`source` gives a run with `config`'s data.seed and
+// data.validation_fraction: a JSONL file or builtin:<name> as loadExamples, and heldout:SOURCE,
+// the rows a run training on SOURCE holds out and validates on (`fp4lab eval --data`).
+std::vector<data::Example> loadValidationRows(const std::string& source, const RunConfig& config);
 
 }  // namespace fp4lab::run
