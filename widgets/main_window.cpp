@@ -691,12 +691,13 @@ void MainWindow::onSnapshots(RunSnapshotsPtr snapshots) {
 
 void MainWindow::fitColumns() {
   // A column is never narrower than what it shows ("finished (damaged)", a date, "1 h 05 min"):
-  // widened when its text grows, never narrowed under the user's hand. The name column keeps the
-  // width the user gave it (the full path is its tooltip).
-  for (int c = RunTableModel::State; c < RunTableModel::ColumnCount; ++c) {
+  // widened when its text grows, never narrowed under the user's hand.
+  for (int c = RunTableModel::Name; c < RunTableModel::ColumnCount; ++c) {
     if (m_table->isColumnHidden(c)) continue;
-    const int wanted = std::max(static_cast<QAbstractItemView*>(m_table)->sizeHintForColumn(c),
-                                m_table->horizontalHeader()->sectionSizeHint(c));
+    int wanted = std::max(static_cast<QAbstractItemView*>(m_table)->sizeHintForColumn(c),
+                          m_table->horizontalHeader()->sectionSizeHint(c));
+    // The frozen name column up to a third of the dock: long names are in the tooltip.
+    if (c == RunTableModel::Name) wanted = std::min(wanted, std::max(190, m_table->width() / 3));
     if (wanted > m_table->columnWidth(c)) m_table->setColumnWidth(c, wanted);
   }
 }

@@ -1140,7 +1140,7 @@ void drawWeightHistogram(BarChartWidget* chart, const analyze::Analysis& a, size
   }
   chart->setBars(std::move(shown), labels,
                  QStringLiteral("|w| of %1%2 (log2 bins), rms %3, %4 over 6 rms")
-                     .arg(module, suffix)
+                     .arg(HeatmapWidget::shortModule(module), suffix)
                      .arg(o.rms, 0, 'g', 3)
                      .arg(o.over6));
 }
