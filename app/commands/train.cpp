@@ -397,10 +397,10 @@ int runInspect(const std::vector<std::string>& argv) {
 }
 
 int runEval(const std::vector<std::string>& argv) {
-  Args args("eval", argv, {"data"}, {"per-example", "bf16", "help"});
+  Args args("eval", argv, {"data", "run"}, {"per-example", "bf16", "help"});
   const char* usage =
       "fp4lab eval MODEL_DIR --data FILE.jsonl|builtin:NAME|heldout:SOURCE [--per-example] "
-      "[--bf16]";
+      "[--bf16]\n       fp4lab eval --run RUN_DIR [MODEL_DIR]";
   if (args.has("help")) {
     std::printf(
         "usage: %s\n\nMean token cross-entropy of the model on the rows (assistant tokens of chat "
@@ -409,8 +409,27 @@ int runEval(const std::vector<std::string>& argv) {
         "--bf16 scores its BF16 weights instead. Pre-tokenized rows need no tokenizer.json.\n"
         "--data takes what data.validation takes: a JSONL file, builtin:NAME, or\n"
         "heldout:SOURCE (the rows a run training on SOURCE holds out, at the default\n"
-        "data.seed and data.validation_fraction). Rows are scored one by one, unpacked.\n",
+        "data.seed and data.validation_fraction). Rows are scored one by one, unpacked.\n"
+        "--run RUN_DIR scores as the run's evaluations do (its val_loss): its validation\n"
+        "sequences packed at data.seq_len, train.eval_batches batches of train.batch_size,\n"
+        "its compute dtype and threads, of its model/ (or MODEL_DIR, e.g. a checkpoint).\n",
         usage);
+    return 0;
+  }
+  if (args.has("run")) {
+    // The run's own evaluation again: its packed validation sequences, batches and settings.
+    if (args.positionals().size() > 1 || args.has("data") || args.has("per-example") ||
+        args.has("bf16"))
+      throw Error(
+          "--run scores the run's validation data as the run did: it takes at most a "
+          "MODEL_DIR and no --data, --per-example or --bf16",
+          "fp4lab eval", usage);
+    const std::string runDir = args.get("run", "");
+    const run::RunEvaluation r = run::evaluateAsRun(
+        runDir, args.positionals().empty() ? std::string() : args.positionals()[0]);
+    std::printf("val_loss %.17g over %" PRId64 " tokens in %" PRId64
+                " sequences, as %s's evaluation scores them\nscored: %s\n",
+                r.valLoss, r.tokens, r.sequences, runDir.c_str(), r.model.c_str());
     return 0;
   }
   args.requirePositionals(1, usage);

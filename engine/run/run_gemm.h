@@ -1,5 +1,5 @@
 // The GEMM for a run's BF16 linears (model/gemm_choice.h), chosen as every command that computes
-// as a run does (train, sensitivity) chooses it, so that the same config computes the same bits.
+// as a run does (train, sensitivity, eval --run) chooses it, so that the same config computes the same bits.
 #pragma once
 
 #include "fp4lab/run/run_config.h"

@@ -232,6 +232,25 @@ assert abs(quantized - logged) < 1e-4 * logged, (quantized, logged)
 assert abs(bf16 - quantized) > 1e-3, (bf16, quantized)
 print(f"PTQ model: eval {quantized:.6f} = logged val_loss {logged:.6f}; BF16 weights {bf16:.6f}")
 PY
+# eval --run: the run's own evaluation again, bit for bit (a PTQ, QAT or QAD model/ is the model
+# it evaluated), in fp32 on unpacked rows and under BF16 autocast on packed sequences.
+"$BIN" train --defaults model.path=builtin:tiny recipe.name=ptq quant.format=mxfp4 data.train=builtin:sft \
+  data.seq_len=64 train.batch_size=4 train.eval_batches=2 quant.calib_batches=1 train.threads=1 \
+  --output-dir "$T/ptq-bf16" > /dev/null 2>&1 || fail "the BF16 PTQ run exited $?"
+for recipe in qat qad; do
+  "$BIN" train --defaults model.path=builtin:tiny recipe.name=$recipe quant.format=nvfp4 \
+    data.train=builtin:sft data.seq_len=64 train.batch_size=4 train.max_steps=2 train.eval_every=2 \
+    train.eval_batches=2 train.threads=1 --output-dir "$T/$recipe-short" > /dev/null 2>&1 ||
+    fail "the short $recipe run exited $?"
+done
+for run in ptq ptq-bf16 qat-short qad-short; do
+  got=$("$BIN" eval --run "$T/$run" | head -1) || fail "eval --run $run exited $?"
+  want=$("$BIN" inspect "$T/$run" --csv eval | tail -1 | cut -d, -f4)
+  python3 -c 'import sys; g, w = float(sys.argv[1].split()[1]), float(sys.argv[2]); assert g == w, (g, w); print(f"eval --run {sys.argv[3]}: {g!r} = logged val_loss {w!r}")' \
+    "$got" "$want" "$run" || fail "eval --run $run: '$got', logged val_loss $want"
+done
+expect_error "not a run folder: no run.yaml" "$BIN" eval --run "$T/ptq/model"
+expect_error "takes at most a MODEL_DIR" "$BIN" eval --run "$T/ptq" --data "$T/val.jsonl"
 # A run from the PTQ model: SFT is refused (also by --dry-run), QAD with the same quantization
 # adopts its quantizers and distils from the BF16 weights of the model it started from.
 expect_error "recipe sft trains BF16" "$BIN" train --defaults recipe.name=sft model.path="$T/ptq/model" --dry-run

@@ -108,6 +108,20 @@ std::string buildBuiltinModel(const std::string& destination, bool verbose = tru
 // fp4lab's cache folder: $FP4LAB_HOME, else $XDG_CACHE_HOME/fp4lab, else ~/.cache/fp4lab.
 std::string cacheRoot();
 
+// A run's validation loss measured again, as its evaluations measure it: the run's validation
+// sequences (data.* of its run.yaml, packed at data.seq_len), the first train.eval_batches
+// batches of train.batch_size, under its data.compute_dtype, thread count and BF16 GEMM, with
+// the model in `modelDir` (default: the run's model/) as saved, fake quantizers included. For a
+// PTQ, QAT or QAD run (whose model/ holds the fp32 weights and quantizers it evaluated) this is
+// its final val_loss bit for bit on the machine that ran it; an SFT run's model/ holds BF16
+// roundings of the fp32 weights it evaluated, so it differs (by about 0.2% on the built-in model).
+struct RunEvaluation {
+  double valLoss = 0;
+  int64_t tokens = 0, sequences = 0;
+  std::string model;  // the folder scored
+};
+RunEvaluation evaluateAsRun(const std::string& runDir, const std::string& modelDir = "");
+
 // JSONL rows (chat, prompt/completion or input_ids; errors name file:line) or builtin:<name>.
 std::vector<data::Example> loadExamples(const std::string& source, uint64_t seed);
 // The rows data.validation=`source` gives a run with `config`'s data.seed and
