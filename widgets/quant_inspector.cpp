@@ -527,6 +527,7 @@ void QuantInspector::buildModelView(QWidget* page) {
   // A long path must not set the window's minimum width: it is cut, and whole in the tooltip.
   m_modelFile->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   m_modelFile->setMinimumWidth(120);
+  m_modelFile->installEventFilter(this);  // cut in the middle to its width (eventFilter)
   auto* mLabel = new QLabel(QStringLiteral("M&etric:"));
   m_modelMetricBox = named(new QComboBox, QStringLiteral("model metric"),
                            QStringLiteral("the metric of the layers by formats heatmap"));
@@ -731,7 +732,22 @@ void QuantInspector::resizeEvent(QResizeEvent* event) {
   fitToWidth();
 }
 
+void QuantInspector::setModelFileText(const QString& text) {
+  m_modelFileText = text;
+  m_modelFile->setToolTip(text);
+  elideModelFile();
+}
+
+void QuantInspector::elideModelFile() {
+  // The file's name is at the end of its path: cut in the middle, never at the end.
+  const QString shown = m_modelFile->fontMetrics().elidedText(
+      m_modelFileText.isEmpty() ? m_modelFile->text() : m_modelFileText, Qt::ElideMiddle,
+      std::max(40, m_modelFile->width() - 4));
+  if (shown != m_modelFile->text()) m_modelFile->setText(shown);
+}
+
 bool QuantInspector::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == m_modelFile && event->type() == QEvent::Resize) elideModelFile();
   if (watched == parentWidget() && event->type() == QEvent::Resize) fitToWidth();
   return QWidget::eventFilter(watched, event);
 }
@@ -1411,8 +1427,7 @@ void QuantInspector::openAnalysisDialog() {
 
 void QuantInspector::openAnalysis(const QString& path) {
   showView(2);
-  m_modelFile->setText(path);
-  m_modelFile->setToolTip(path);
+  setModelFileText(path);
   m_modelNote->setText(QStringLiteral("Reading %1\u2026").arg(path));
   const uint64_t serial = ++m_analysisRequest;
   QPointer<QuantInspector> self(this);
@@ -1496,8 +1511,10 @@ void QuantInspector::applyAnalysis(std::shared_ptr<const analyze::Analysis> anal
   }
   m_modelBlocksB->hide();
   m_scaleHistB->hide();
-  m_modelFile->setText(QStringLiteral("%1 (model %2)").arg(path, q(m_analysis->modelDir)));
-  m_modelFile->setToolTip(m_modelFile->text());
+  // The file's name first: a label cut in the middle keeps it.
+  setModelFileText(QStringLiteral("%1 in %2 (model %3)")
+                       .arg(QFileInfo(path).fileName(), QFileInfo(path).absolutePath(),
+                            q(m_analysis->modelDir)));
   refreshModelView();
   m_modelBlocks->setEmptyText(
       QStringLiteral("Click a cell of the heatmap for that layer's "

@@ -13,6 +13,7 @@
 #include <QChartView>
 #include <QValueAxis>
 #include <QJsonArray>
+#include <QLabel>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLineSeries>
@@ -579,6 +580,16 @@ TEST_CASE("inspector model view: an analysis file written by the analyze library
   inspector.openAnalysis(QString::fromStdString(file));
   REQUIRE(waitFor([&] { return loaded.count() == 1; }));
   REQUIRE(loaded.at(0).at(0).toBool());
+  // The file's label: its name first, cut in the middle when short of room, whole in the tooltip.
+  QLabel* fileLabel = nullptr;
+  for (QLabel* l : inspector.findChildren<QLabel*>())
+    if (l->accessibleDescription() == QStringLiteral("analysis file")) fileLabel = l;
+  REQUIRE(fileLabel);
+  CHECK(fileLabel->toolTip().startsWith(QStringLiteral("analysis.h5 in ")));
+  fileLabel->resize(160, fileLabel->height());
+  QTest::qWait(10);
+  CHECK(fileLabel->text().startsWith(QStringLiteral("analysis.h5")));
+  CHECK(fileLabel->text().contains(QChar(0x2026)));
   HeatmapWidget* map = inspector.modelHeatmap();
   REQUIRE(map->hasData());
   REQUIRE(map->rows() == int(analysis.layers.size()));

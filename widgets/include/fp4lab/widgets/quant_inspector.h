@@ -244,6 +244,8 @@ class QuantInspector : public QWidget {
 
  private:
   void fitToWidth();
+  void setModelFileText(const QString& text);
+  void elideModelFile();
   void buildRunView(QWidget* page);
   void buildLayerView(QWidget* page);
   void buildModelView(QWidget* page);
@@ -292,6 +294,7 @@ class QuantInspector : public QWidget {
   QSplitter *m_layerMaps = nullptr, *m_layerHistograms = nullptr;
   QSplitter *m_runSplit = nullptr, *m_modelSplit = nullptr;  // stacked when narrow
   bool m_watchingParent = false;
+  QString m_modelFileText;  // the analysis file's label in full (shown cut in the middle)
   BarChartWidget *m_layerWeights = nullptr, *m_layerScales = nullptr;
   BarChartWidget *m_layerWeightsB = nullptr, *m_layerScalesB = nullptr;
   QChartView* m_layerChartView = nullptr;
