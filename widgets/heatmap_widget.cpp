@@ -168,7 +168,7 @@ QRectF HeatmapWidget::plotArea(const QSize& size) const {
   const QFontMetricsF fm(font());
   double bottom = fm.height() + 10;
   if (uprightColumnLabels(size))
-    bottom = std::min(widestColumnLabel(fm) + 10, std::max(bottom, size.height() * 0.3));
+    bottom = std::min(widestColumnLabel(fm) + 10, std::max(bottom, size.height() * 0.4));
   return plotAreaWithBottom(size, bottom);
 }
 

@@ -558,6 +558,7 @@ void QuantInspector::buildModelView(QWidget* page) {
                      QStringLiteral("layers (rows) by formats (columns); click a cell for that "
                                     "layer's blocks and histograms"));
   m_modelMap->setCornerLabels(QStringLiteral("layer"), QString());
+  m_modelMap->setMinimumHeight(240);  // stacked on a small window, still rows one can read
   m_modelMap->setEmptyText(QStringLiteral(
       "Open an analysis file (File > Open analysis\u2026) written by "
       "`fp4lab analyze MODEL --output FILE.h5` to compare the formats layer by layer."));
