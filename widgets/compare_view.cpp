@@ -1138,13 +1138,14 @@ void CompareView::copyChartImage(QChartView* view) {
 }
 
 void CompareView::saveChart(QChartView* view, bool svg) {
-  const QString base = QStringLiteral("compare-") + m_labelA.section(QLatin1Char(' '), 0, 0) +
-                       QStringLiteral("-vs-") + m_labelB.section(QLatin1Char(' '), 0, 0) +
-                       (view == m_diffView ? QStringLiteral("-difference") : QString());
+  const QString name =
+      suggestedFileName({QStringLiteral("compare"), m_labelA.section(QLatin1Char(' '), 0, 0),
+                         QStringLiteral("vs"), m_labelB.section(QLatin1Char(' '), 0, 0),
+                         view == m_diffView ? QStringLiteral("difference") : QString()},
+                        svg ? QStringLiteral("svg") : QStringLiteral("png"));
   const QString path =
       QFileDialog::getSaveFileName(this, svg ? tr("Save chart as SVG") : tr("Save chart as PNG"),
-                                   base + (svg ? QStringLiteral(".svg") : QStringLiteral(".png")),
-                                   svg ? tr("SVG images (*.svg)") : tr("PNG images (*.png)"));
+                                   name, svg ? tr("SVG images (*.svg)") : tr("PNG images (*.png)"));
   if (path.isEmpty()) return;
   try {
     if (!svg) {

@@ -63,10 +63,6 @@ QString q(const std::string& s) {
   return QString::fromStdString(s);
 }
 
-bool isActive(RunState s) {
-  return s == RunState::Running || s == RunState::Queued;
-}
-
 }  // namespace
 
 MainWindow::MainWindow(const WorkbenchOptions& options, QWidget* parent)

@@ -34,10 +34,6 @@ QString q(const std::string& s) {
   return QString::fromStdString(s);
 }
 
-bool isActive(RunState s) {
-  return s == RunState::Running || s == RunState::Queued;
-}
-
 // A run folder name from a run name: the name, then the UTC time (as the CLI names them).
 QString freshRunDir(const QString& root, const QString& name) {
   const QString base = root + QLatin1Char('/') + name + QLatin1Char('-') +

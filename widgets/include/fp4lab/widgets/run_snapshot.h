@@ -46,6 +46,11 @@ struct RunSnapshot {
   const std::string& recipe() const { return folder.config.recipe; }
 };
 
+// Queued or running: a run the window must not delete and whose state can still change.
+inline bool isActive(RunState s) {
+  return s == RunState::Running || s == RunState::Queued;
+}
+
 // Published by the worker: every run of every root, sorted by id.
 using RunSnapshots = std::vector<RunSnapshot>;
 using RunSnapshotsPtr = std::shared_ptr<const RunSnapshots>;
